@@ -1,0 +1,128 @@
+-- pgvs3 catalog: the queue namespaces, the global job-id index and the per-queue schema template.
+CREATE SCHEMA IF NOT EXISTS s3p;
+
+-- One row per queue namespace; jobs and streams share it.
+CREATE TABLE IF NOT EXISTS s3p.queues (
+    name             text PRIMARY KEY,
+    schema_name      text NOT NULL UNIQUE,
+    template_version int  NOT NULL,
+    paused           boolean NOT NULL DEFAULT false,
+    settings         jsonb NOT NULL DEFAULT '{}',
+    created_at       timestamptz NOT NULL DEFAULT now()
+);
+
+-- Every stored job id, whichever queue holds it: ids are unique across queues.
+CREATE TABLE IF NOT EXISTS s3p.job_index (
+    id    uuid PRIMARY KEY,
+    queue text NOT NULL
+);
+
+-- The SQL that builds a queue schema; `__SCHEMA__` stands for the quoted schema name.
+CREATE TABLE IF NOT EXISTS s3p.queue_templates (
+    version int PRIMARY KEY,
+    body    text NOT NULL
+);
+
+-- The row type of every queue's jobs table (typed tables), so functions share one result type.
+DO $$
+BEGIN
+    IF to_regtype('s3p.job') IS NULL THEN
+        CREATE TYPE s3p.job AS (
+            id                    uuid,
+            queue                 text,
+            type                  text,
+            args                  jsonb,
+            meta                  jsonb,
+            extra                 jsonb,
+            state                 text,
+            previous_state        text,
+            priority              int,
+            attempt               int,
+            max_attempts          int,
+            timeout_ms            bigint,
+            visibility_timeout_ms bigint,
+            retry                 jsonb,
+            uniq                  jsonb,
+            tags                  jsonb,
+            created_at            timestamptz,
+            enqueued_at           timestamptz,
+            scheduled_at          timestamptz,
+            expires_at            timestamptz,
+            started_at            timestamptz,
+            completed_at          timestamptz,
+            cancelled_at          timestamptz,
+            run_at                timestamptz,
+            lease_token           uuid,
+            lease_expires_at      timestamptz,
+            worker_id             text,
+            result                jsonb,
+            error                 jsonb,
+            errors                jsonb,
+            retry_delay_ms        bigint,
+            seq                   bigint
+        );
+    END IF;
+END
+$$;
+
+-- Schema names stay within PostgreSQL's 63-byte identifier limit: long queue names get a hash suffix.
+CREATE OR REPLACE FUNCTION s3p.schema_name_for(queue text) RETURNS text
+LANGUAGE sql IMMUTABLE AS $$
+    SELECT CASE WHEN octet_length('s3q_' || queue) <= 63 THEN 's3q_' || queue
+                ELSE 's3q_' || left(queue, 50) || '_' || left(md5(queue), 8) END
+$$;
+
+-- Creates (or upgrades in place) the schema of a queue and records it in the catalog.
+CREATE OR REPLACE FUNCTION s3p.ensure_queue_schema(queue text) RETURNS text
+LANGUAGE plpgsql AS $$
+DECLARE
+    current_schema_name text;
+    current_version     int;
+    latest_version      int;
+    template            text;
+BEGIN
+    SELECT q.schema_name, q.template_version INTO current_schema_name, current_version
+      FROM s3p.queues q WHERE q.name = queue;
+    SELECT t.version, t.body INTO latest_version, template
+      FROM s3p.queue_templates t ORDER BY t.version DESC LIMIT 1;
+    IF template IS NULL THEN
+        RAISE EXCEPTION 'no queue template installed' USING ERRCODE = 'PV500';
+    END IF;
+    IF current_schema_name IS NOT NULL AND current_version >= latest_version THEN
+        RETURN current_schema_name;
+    END IF;
+
+    -- Serialise creators of the same queue; re-read what a concurrent creator committed.
+    PERFORM pg_advisory_xact_lock(hashtext('s3p.queue:' || queue));
+    SELECT q.schema_name, q.template_version INTO current_schema_name, current_version
+      FROM s3p.queues q WHERE q.name = queue;
+    IF current_schema_name IS NOT NULL AND current_version >= latest_version THEN
+        RETURN current_schema_name;
+    END IF;
+
+    current_schema_name := coalesce(current_schema_name, s3p.schema_name_for(queue));
+    EXECUTE replace(template, '__SCHEMA__', quote_ident(current_schema_name));
+    INSERT INTO s3p.queues (name, schema_name, template_version)
+    VALUES (queue, current_schema_name, latest_version)
+    ON CONFLICT (name) DO UPDATE SET template_version = excluded.template_version;
+    RETURN current_schema_name;
+END
+$$;
+
+-- Brings every queue schema to the latest template (run at startup after migrations).
+CREATE OR REPLACE FUNCTION s3p.upgrade_queue_schemas() RETURNS int
+LANGUAGE plpgsql AS $$
+DECLARE
+    upgraded int := 0;
+    queue    text;
+BEGIN
+    FOR queue IN
+        SELECT q.name FROM s3p.queues q
+         WHERE q.template_version < (SELECT max(version) FROM s3p.queue_templates)
+    LOOP
+        PERFORM s3p.ensure_queue_schema(queue);
+        upgraded := upgraded + 1;
+    END LOOP;
+    RETURN upgraded;
+END
+$$;

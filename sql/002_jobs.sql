@@ -1,0 +1,153 @@
+-- Job operations: one call each. These dispatch to the functions of the queue's own schema.
+-- Errors carry SQLSTATEs the store maps to OJS codes:
+--   PV400 invalid_request, PV404 not_found, PV409 conflict, PV410 stale_lease, PV411 duplicate.
+
+-- The schema of an existing queue, or NULL.
+CREATE OR REPLACE FUNCTION s3p.queue_schema(queue text) RETURNS text
+LANGUAGE sql STABLE AS $$
+    SELECT q.schema_name FROM s3p.queues q WHERE q.name = queue
+$$;
+
+-- The schema of the queue holding a job; raises not_found for an unknown id.
+CREATE OR REPLACE FUNCTION s3p.job_schema(job_id uuid) RETURNS text
+LANGUAGE plpgsql STABLE AS $$
+DECLARE
+    found_schema text;
+BEGIN
+    SELECT q.schema_name INTO found_schema
+      FROM s3p.job_index i JOIN s3p.queues q ON q.name = i.queue
+     WHERE i.id = job_id;
+    IF found_schema IS NULL THEN
+        RAISE EXCEPTION 'job % not found', job_id USING ERRCODE = 'PV404';
+    END IF;
+    RETURN found_schema;
+END
+$$;
+
+-- Enqueues one job given as JSON with s3p.job field names; creates the queue on first use.
+CREATE OR REPLACE FUNCTION s3p.enqueue(job jsonb) RETURNS SETOF s3p.job
+LANGUAGE plpgsql AS $$
+DECLARE
+    new_job     s3p.job := jsonb_populate_record(NULL::s3p.job, job);
+    queue_schema text := s3p.ensure_queue_schema(new_job.queue);
+    stored      s3p.job;
+BEGIN
+    INSERT INTO s3p.job_index (id, queue) VALUES (new_job.id, new_job.queue)
+    ON CONFLICT (id) DO NOTHING;
+    IF NOT FOUND THEN
+        RAISE EXCEPTION 'a job with id % already exists', new_job.id USING ERRCODE = 'PV411';
+    END IF;
+    EXECUTE format('SELECT * FROM %I.enqueue($1)', queue_schema) INTO stored USING new_job;
+    IF stored.state = 'available' THEN
+        PERFORM pg_notify('s3p_jobs', stored.queue);
+    END IF;
+    RETURN NEXT stored;
+END
+$$;
+
+-- One job in its effective state.
+CREATE OR REPLACE FUNCTION s3p.get_job(job_id uuid) RETURNS SETOF s3p.job
+LANGUAGE plpgsql STABLE AS $$
+BEGIN
+    RETURN QUERY EXECUTE format('SELECT * FROM %I.get($1)', s3p.job_schema(job_id)) USING job_id;
+END
+$$;
+
+-- Claims up to `wanted` jobs from the queues in the order given; unknown and paused queues are skipped.
+CREATE OR REPLACE FUNCTION s3p.fetch(
+    queues text[], wanted int, worker text, visibility_ms bigint, default_visibility_ms bigint
+) RETURNS SETOF s3p.job
+LANGUAGE plpgsql AS $$
+DECLARE
+    queue_name   text;
+    queue_schema text;
+    is_paused    boolean;
+    claimed      s3p.job;
+    got          int := 0;
+BEGIN
+    FOREACH queue_name IN ARRAY queues LOOP
+        EXIT WHEN got >= wanted;
+        SELECT q.schema_name, q.paused INTO queue_schema, is_paused
+          FROM s3p.queues q WHERE q.name = queue_name;
+        CONTINUE WHEN queue_schema IS NULL OR is_paused;
+        FOR claimed IN EXECUTE format('SELECT * FROM %I.claim($1, $2, $3, $4)', queue_schema)
+            USING wanted - got, worker, visibility_ms, default_visibility_ms
+        LOOP
+            got := got + 1;
+            RETURN NEXT claimed;
+        END LOOP;
+    END LOOP;
+END
+$$;
+
+-- Completes an active job.
+CREATE OR REPLACE FUNCTION s3p.ack(job_id uuid, token uuid, job_result jsonb) RETURNS SETOF s3p.job
+LANGUAGE plpgsql AS $$
+BEGIN
+    RETURN QUERY EXECUTE format('SELECT * FROM %I.ack($1, $2, $3)', s3p.job_schema(job_id))
+        USING job_id, token, job_result;
+END
+$$;
+
+-- Fails an active job: retry with backoff, requeue, or discard.
+CREATE OR REPLACE FUNCTION s3p.nack(job_id uuid, token uuid, failure jsonb, requeue boolean)
+RETURNS SETOF s3p.job
+LANGUAGE plpgsql AS $$
+BEGIN
+    RETURN QUERY EXECUTE format('SELECT * FROM %I.nack($1, $2, $3, $4)', s3p.job_schema(job_id))
+        USING job_id, token, failure, requeue;
+END
+$$;
+
+-- Cancels a job that is not terminal.
+CREATE OR REPLACE FUNCTION s3p.cancel(job_id uuid) RETURNS SETOF s3p.job
+LANGUAGE plpgsql AS $$
+BEGIN
+    RETURN QUERY EXECUTE format('SELECT * FROM %I.cancel($1)', s3p.job_schema(job_id)) USING job_id;
+END
+$$;
+
+-- Whether a failure may be retried under a policy: `retryable: false` and the policy's
+-- non_retryable_errors (exact, or `prefix.*`) matched against the error's code, type or error_class.
+CREATE OR REPLACE FUNCTION s3p.failure_is_retryable(policy jsonb, failure jsonb) RETURNS boolean
+LANGUAGE sql IMMUTABLE AS $$
+    SELECT coalesce((failure->>'retryable')::boolean, true)
+       AND NOT EXISTS (
+           SELECT 1
+             FROM jsonb_array_elements_text(coalesce(policy->'non_retryable_errors', '[]')) AS p(pattern),
+                  unnest(ARRAY[failure->>'code', failure->>'type', failure#>>'{details,error_class}']) AS e(name)
+            WHERE e.name IS NOT NULL
+              AND (e.name = p.pattern
+                   OR (right(p.pattern, 2) = '.*' AND left(e.name, length(p.pattern) - 1) = left(p.pattern, length(p.pattern) - 1)))
+       )
+$$;
+
+-- Backoff before retry number `retry` (1 = first retry): the strategy, capped at max_interval
+-- before and after jitter, which multiplies by a uniform factor in [0.5, 1.5).
+CREATE OR REPLACE FUNCTION s3p.retry_delay_ms(policy jsonb, retry int) RETURNS bigint
+LANGUAGE plpgsql VOLATILE AS $$
+DECLARE
+    initial  float8 := coalesce((policy->>'initial_interval_ms')::float8, 1000);
+    coeff    float8 := coalesce((policy->>'backoff_coefficient')::float8, 2.0);
+    max_ms   float8 := coalesce((policy->>'max_interval_ms')::float8, 300000);
+    delay    float8;
+BEGIN
+    delay := CASE coalesce(policy->>'backoff_type', 'exponential')
+                 WHEN 'constant' THEN initial
+                 WHEN 'linear'   THEN initial * retry
+                 ELSE initial * power(coeff, greatest(retry - 1, 0))
+             END;
+    delay := least(delay, max_ms);
+    IF coalesce((policy->>'jitter')::boolean, true) THEN
+        delay := least(delay * (0.5 + random()), max_ms);
+    END IF;
+    RETURN round(delay)::bigint;
+END
+$$;
+
+-- Queue namespaces, by name.
+CREATE OR REPLACE FUNCTION s3p.list_queues()
+RETURNS TABLE (name text, paused boolean, created_at timestamptz)
+LANGUAGE sql STABLE AS $$
+    SELECT q.name, q.paused, q.created_at FROM s3p.queues q ORDER BY q.name
+$$;

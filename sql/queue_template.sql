@@ -1,0 +1,228 @@
+-- The schema of one queue. `__SCHEMA__` is replaced by the quoted schema name. Every statement is
+-- idempotent, so running a newer template over an older queue upgrades it in place.
+CREATE SCHEMA IF NOT EXISTS __SCHEMA__;
+CREATE SEQUENCE IF NOT EXISTS __SCHEMA__.job_seq;
+
+CREATE TABLE IF NOT EXISTS __SCHEMA__.jobs OF s3p.job (
+    id WITH OPTIONS PRIMARY KEY,
+    seq WITH OPTIONS NOT NULL DEFAULT nextval('__SCHEMA__.job_seq')
+);
+
+-- Ready work, in claim order; the partial index keeps the claim scan small.
+CREATE INDEX IF NOT EXISTS jobs_ready ON __SCHEMA__.jobs (priority DESC, run_at, seq)
+    WHERE state IN ('available', 'scheduled', 'retryable');
+-- Active leases by expiry, for reclaiming expired leases.
+CREATE INDEX IF NOT EXISTS jobs_leases ON __SCHEMA__.jobs (lease_expires_at)
+    WHERE state = 'active';
+
+-- Stores a new job; the state follows from `pending` and `scheduled_at`.
+CREATE OR REPLACE FUNCTION __SCHEMA__.enqueue(new_job s3p.job) RETURNS s3p.job
+LANGUAGE plpgsql AS $fn$
+DECLARE
+    stored s3p.job;
+BEGIN
+    new_job.created_at := now();
+    new_job.attempt := 0;
+    IF new_job.state = 'pending' THEN
+        new_job.run_at := coalesce(new_job.scheduled_at, now());
+    ELSIF new_job.scheduled_at > now() THEN
+        new_job.state := 'scheduled';
+        new_job.run_at := new_job.scheduled_at;
+    ELSE
+        new_job.state := 'available';
+        new_job.run_at := now();
+        new_job.enqueued_at := now();
+    END IF;
+    new_job.seq := nextval('__SCHEMA__.job_seq');
+    INSERT INTO __SCHEMA__.jobs SELECT new_job.* RETURNING * INTO stored;
+    RETURN stored;
+END
+$fn$;
+
+-- One job, with the state a reader should see: due scheduled/retryable work and expired leases
+-- with attempts left read as available.
+CREATE OR REPLACE FUNCTION __SCHEMA__.get(job_id uuid) RETURNS SETOF s3p.job
+LANGUAGE sql STABLE AS $fn$
+    SELECT id, queue, type, args, meta, extra,
+           CASE WHEN state IN ('scheduled', 'retryable') AND run_at <= now() THEN 'available'
+                WHEN state = 'active' AND lease_expires_at <= now() AND attempt < max_attempts THEN 'available'
+                ELSE state END,
+           previous_state, priority, attempt, max_attempts, timeout_ms, visibility_timeout_ms, retry, uniq,
+           tags, created_at, enqueued_at, scheduled_at, expires_at, started_at, completed_at,
+           cancelled_at, run_at, lease_token, lease_expires_at, worker_id, result, error, errors,
+           retry_delay_ms, seq
+      FROM __SCHEMA__.jobs WHERE id = job_id
+$fn$;
+
+-- Claims up to `wanted` jobs: expired leases with attempts left first, then ready work by priority
+-- and age. Each claim mints a new lease token.
+CREATE OR REPLACE FUNCTION __SCHEMA__.claim(
+    wanted int, worker text, visibility_ms bigint, default_visibility_ms bigint
+) RETURNS SETOF s3p.job
+LANGUAGE plpgsql AS $fn$
+DECLARE
+    got int := 0;
+    claimed s3p.job;
+BEGIN
+    FOR claimed IN
+        WITH expired AS (
+            SELECT id FROM __SCHEMA__.jobs
+             WHERE state = 'active' AND lease_expires_at <= now() AND attempt < max_attempts
+               AND (expires_at IS NULL OR expires_at > now())
+             ORDER BY lease_expires_at
+             LIMIT wanted
+             FOR UPDATE SKIP LOCKED
+        )
+        UPDATE __SCHEMA__.jobs j
+           SET attempt = j.attempt + 1,
+               started_at = now(),
+               lease_token = gen_random_uuid(),
+               lease_expires_at = now() + make_interval(secs => least(
+                   coalesce(visibility_ms, j.visibility_timeout_ms, default_visibility_ms),
+                   coalesce(j.timeout_ms, 9223372036854775807)) / 1000.0),
+               worker_id = worker,
+               errors = coalesce(j.errors, '[]'::jsonb) || jsonb_build_object(
+                   'code', 'timeout', 'type', 'timeout', 'message', 'lease expired before ack',
+                   'attempt', j.attempt, 'occurred_at', now()),
+               error = jsonb_build_object('code', 'timeout', 'type', 'timeout',
+                   'message', 'lease expired before ack', 'attempt', j.attempt, 'occurred_at', now())
+          FROM expired e
+         WHERE j.id = e.id
+        RETURNING j.*
+    LOOP
+        got := got + 1;
+        RETURN NEXT claimed;
+    END LOOP;
+    IF got >= wanted THEN
+        RETURN;
+    END IF;
+
+    RETURN QUERY
+    WITH ready AS (
+        SELECT id FROM __SCHEMA__.jobs
+         WHERE state IN ('available', 'scheduled', 'retryable') AND run_at <= now()
+           AND (expires_at IS NULL OR expires_at > now())
+         ORDER BY priority DESC, run_at, seq
+         LIMIT wanted - got
+         FOR UPDATE SKIP LOCKED
+    ), claimed_now AS (
+        UPDATE __SCHEMA__.jobs j
+           SET state = 'active',
+               attempt = j.attempt + 1,
+               started_at = now(),
+               enqueued_at = coalesce(j.enqueued_at, now()),
+               lease_token = gen_random_uuid(),
+               lease_expires_at = now() + make_interval(secs => least(
+                   coalesce(visibility_ms, j.visibility_timeout_ms, default_visibility_ms),
+                   coalesce(j.timeout_ms, 9223372036854775807)) / 1000.0),
+               worker_id = worker
+          FROM ready r
+         WHERE j.id = r.id
+        RETURNING j.*
+    )
+    SELECT * FROM claimed_now ORDER BY priority DESC, run_at, seq;
+END
+$fn$;
+
+-- Locks an active job for a worker's answer, checking state and lease token.
+CREATE OR REPLACE FUNCTION __SCHEMA__.lock_active(job_id uuid, token uuid) RETURNS s3p.job
+LANGUAGE plpgsql AS $fn$
+DECLARE
+    current s3p.job;
+BEGIN
+    SELECT * INTO current FROM __SCHEMA__.jobs WHERE id = job_id FOR UPDATE;
+    IF NOT FOUND THEN
+        RAISE EXCEPTION 'job % not found', job_id USING ERRCODE = 'PV404';
+    END IF;
+    IF token IS NOT NULL AND token IS DISTINCT FROM current.lease_token THEN
+        RAISE EXCEPTION 'lease token is not the current lease of job %', job_id USING ERRCODE = 'PV410';
+    END IF;
+    IF current.state <> 'active' THEN
+        RAISE EXCEPTION 'job % is %, not active', job_id, current.state USING ERRCODE = 'PV409';
+    END IF;
+    RETURN current;
+END
+$fn$;
+
+-- Completes an active job with its result.
+CREATE OR REPLACE FUNCTION __SCHEMA__.ack(job_id uuid, token uuid, job_result jsonb)
+RETURNS SETOF s3p.job
+LANGUAGE plpgsql AS $fn$
+BEGIN
+    PERFORM __SCHEMA__.lock_active(job_id, token);
+    RETURN QUERY
+    UPDATE __SCHEMA__.jobs
+       SET state = 'completed', previous_state = 'active', completed_at = now(), result = job_result,
+           error = NULL, lease_token = NULL, lease_expires_at = NULL
+     WHERE id = job_id
+    RETURNING *;
+END
+$fn$;
+
+-- Fails an active job. `requeue` puts it straight back; otherwise it is retried after its backoff
+-- while attempts remain and the failure is retryable, else discarded.
+CREATE OR REPLACE FUNCTION __SCHEMA__.nack(job_id uuid, token uuid, failure jsonb, requeue boolean)
+RETURNS SETOF s3p.job
+LANGUAGE plpgsql AS $fn$
+DECLARE
+    current s3p.job := __SCHEMA__.lock_active(job_id, token);
+    failure_entry jsonb := failure || jsonb_build_object('attempt', current.attempt, 'occurred_at', now());
+    history jsonb;
+    delay bigint;
+BEGIN
+    -- Keep the 20 most recent failures.
+    history := coalesce(current.errors, '[]'::jsonb) || failure_entry;
+    IF jsonb_array_length(history) > 20 THEN
+        history := history - 0;
+    END IF;
+
+    IF requeue THEN
+        RETURN QUERY
+        UPDATE __SCHEMA__.jobs
+           SET state = 'available', previous_state = 'active', run_at = now(), started_at = NULL,
+               worker_id = NULL, lease_token = NULL, lease_expires_at = NULL,
+               error = failure_entry, errors = history
+         WHERE id = job_id
+        RETURNING *;
+    ELSIF current.attempt < current.max_attempts AND s3p.failure_is_retryable(current.retry, failure) THEN
+        delay := s3p.retry_delay_ms(current.retry, current.attempt);
+        RETURN QUERY
+        UPDATE __SCHEMA__.jobs
+           SET state = 'retryable', previous_state = 'active',
+               run_at = now() + make_interval(secs => delay / 1000.0),
+               retry_delay_ms = delay, lease_token = NULL, lease_expires_at = NULL,
+               error = failure_entry, errors = history
+         WHERE id = job_id
+        RETURNING *;
+    ELSE
+        RETURN QUERY
+        UPDATE __SCHEMA__.jobs
+           SET state = 'discarded', previous_state = 'active', completed_at = now(),
+               lease_token = NULL, lease_expires_at = NULL, error = failure_entry, errors = history
+         WHERE id = job_id
+        RETURNING *;
+    END IF;
+END
+$fn$;
+
+-- Cancels a job that is not terminal; its lease (if any) is void from now on.
+CREATE OR REPLACE FUNCTION __SCHEMA__.cancel(job_id uuid) RETURNS SETOF s3p.job
+LANGUAGE plpgsql AS $fn$
+DECLARE
+    current s3p.job;
+BEGIN
+    SELECT * INTO current FROM __SCHEMA__.jobs WHERE id = job_id FOR UPDATE;
+    IF NOT FOUND THEN
+        RAISE EXCEPTION 'job % not found', job_id USING ERRCODE = 'PV404';
+    END IF;
+    IF current.state IN ('completed', 'cancelled', 'discarded') THEN
+        RAISE EXCEPTION 'job % is already %', job_id, current.state USING ERRCODE = 'PV409';
+    END IF;
+    RETURN QUERY
+    UPDATE __SCHEMA__.jobs
+       SET state = 'cancelled', previous_state = current.state, cancelled_at = now(),
+           lease_token = NULL, lease_expires_at = NULL
+     WHERE id = job_id
+    RETURNING *;
+END
+$fn$;

@@ -1,0 +1,81 @@
+//! Command line and environment: every setting, its flag, its variable and its default.
+
+use std::path::PathBuf;
+
+use clap::{Args, Parser, Subcommand, ValueEnum};
+
+/// pgvs3: a job queue (Open Job Spec) and event-stream server on PostgreSQL, over HTTP and gRPC.
+#[derive(Debug, Parser)]
+#[command(name = "pgvs3", version, about)]
+pub struct Cli {
+    /// Log format.
+    #[arg(long, env = "PGVS3_LOG_FORMAT", value_enum, default_value_t = LogFormat::Text, global = true)]
+    pub log_format: LogFormat,
+    /// What to do.
+    #[command(subcommand)]
+    pub command: Command,
+}
+
+/// Log line format.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
+pub enum LogFormat {
+    /// Human-readable lines.
+    Text,
+    /// One JSON object per line.
+    Json,
+}
+
+/// Subcommands.
+#[derive(Debug, Subcommand)]
+pub enum Command {
+    /// Serve HTTP and gRPC (private PostgreSQL unless DATABASE_URL is set).
+    Serve(ServeArgs),
+    /// Apply database migrations and exit.
+    Migrate(DatabaseArgs),
+}
+
+/// Where the data lives.
+#[derive(Debug, Clone, Args)]
+pub struct DatabaseArgs {
+    /// PostgreSQL URL; without it a private cluster is started under --data-dir.
+    #[arg(long, env = "DATABASE_URL")]
+    pub database_url: Option<String>,
+    /// Directory of the private cluster used when no database URL is given.
+    #[arg(long, env = "PGVS3_DATA_DIR", default_value = ".pgvs3")]
+    pub data_dir: PathBuf,
+    /// Database connections in the pool.
+    #[arg(long, env = "PGVS3_DB_POOL_SIZE", default_value_t = 32)]
+    pub db_pool_size: u32,
+}
+
+/// Settings of `pgvs3 serve`.
+#[derive(Debug, Clone, Args)]
+pub struct ServeArgs {
+    /// Database settings.
+    #[command(flatten)]
+    pub database: DatabaseArgs,
+    /// Address serving HTTP/1.1 JSON and gRPC (h2c) together.
+    #[arg(long, env = "PGVS3_LISTEN", default_value = "127.0.0.1:8080")]
+    pub listen: String,
+    /// Optional separate address serving gRPC only.
+    #[arg(long, env = "PGVS3_GRPC_LISTEN")]
+    pub grpc_listen: Option<String>,
+    /// Serve reads only; every mutation is rejected (403 read_only / PERMISSION_DENIED).
+    #[arg(long, env = "PGVS3_READ_ONLY")]
+    pub read_only: bool,
+    /// Requests in flight at once, across both protocols; beyond it, 429 / RESOURCE_EXHAUSTED.
+    #[arg(long, env = "PGVS3_MAX_IN_FLIGHT", default_value_t = 1024)]
+    pub max_in_flight: usize,
+    /// Largest request body or gRPC message accepted, bytes.
+    #[arg(long, env = "PGVS3_MAX_BODY_BYTES", default_value_t = 1_048_576)]
+    pub max_body_bytes: usize,
+    /// Lease length when neither the fetch nor the job sets one, ms.
+    #[arg(long, env = "PGVS3_VISIBILITY_TIMEOUT_MS", default_value_t = 30_000)]
+    pub visibility_timeout_ms: i64,
+    /// Refuse ack/nack that carry no lease token.
+    #[arg(long, env = "PGVS3_REQUIRE_LEASE_TOKEN")]
+    pub require_lease_token: bool,
+    /// How long shutdown waits for in-flight requests, seconds.
+    #[arg(long, env = "PGVS3_SHUTDOWN_TIMEOUT_SECS", default_value_t = 10)]
+    pub shutdown_timeout_secs: u64,
+}

@@ -1,0 +1,272 @@
+//! Jobs in the domain's own terms: states, retry policy, and the requests of the worker protocol.
+
+use chrono::{DateTime, Utc};
+use serde::{Deserialize, Serialize};
+use serde_json::{Map, Value};
+use uuid::Uuid;
+
+/// The eight OJS job states.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum JobState {
+    /// Waiting for its `scheduled_at`.
+    Scheduled,
+    /// Ready to be claimed.
+    Available,
+    /// Held until activated.
+    Pending,
+    /// Claimed by a worker under a lease.
+    Active,
+    /// Acknowledged.
+    Completed,
+    /// Failed, waiting for its next attempt.
+    Retryable,
+    /// Cancelled before completion.
+    Cancelled,
+    /// Failed for good.
+    Discarded,
+}
+
+impl JobState {
+    /// The wire name.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            JobState::Scheduled => "scheduled",
+            JobState::Available => "available",
+            JobState::Pending => "pending",
+            JobState::Active => "active",
+            JobState::Completed => "completed",
+            JobState::Retryable => "retryable",
+            JobState::Cancelled => "cancelled",
+            JobState::Discarded => "discarded",
+        }
+    }
+
+    /// Parses a wire name.
+    pub fn parse(name: &str) -> Option<JobState> {
+        Some(match name {
+            "scheduled" => JobState::Scheduled,
+            "available" => JobState::Available,
+            "pending" => JobState::Pending,
+            "active" => JobState::Active,
+            "completed" => JobState::Completed,
+            "retryable" => JobState::Retryable,
+            "cancelled" => JobState::Cancelled,
+            "discarded" => JobState::Discarded,
+            _ => return None,
+        })
+    }
+}
+
+/// A retry policy with every default filled in; stored with the job in this shape.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct RetryPolicy {
+    /// Total attempts including the first.
+    pub max_attempts: i32,
+    /// Delay before the first retry.
+    pub initial_interval_ms: i64,
+    /// Growth factor of exponential backoff (≥ 1).
+    pub backoff_coefficient: f64,
+    /// Cap on any delay.
+    pub max_interval_ms: i64,
+    /// Whether delays are multiplied by a random factor in [0.5, 1.5).
+    pub jitter: bool,
+    /// Error codes/types (exact or `prefix.*`) that are never retried.
+    pub non_retryable_errors: Vec<String>,
+    /// `discard` or `dead_letter`.
+    pub on_exhaustion: String,
+    /// `exponential`, `linear` or `constant`.
+    pub backoff_type: String,
+}
+
+impl Default for RetryPolicy {
+    fn default() -> Self {
+        RetryPolicy {
+            max_attempts: 3,
+            initial_interval_ms: 1000,
+            backoff_coefficient: 2.0,
+            max_interval_ms: 300_000,
+            jitter: true,
+            non_retryable_errors: Vec::new(),
+            on_exhaustion: "discard".to_string(),
+            backoff_type: "exponential".to_string(),
+        }
+    }
+}
+
+/// A stored job.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Job {
+    /// Lowercase UUID (v7 when the server made it).
+    pub id: Uuid,
+    /// The queue holding it.
+    pub queue: String,
+    /// The job type, e.g. `email.send`.
+    pub job_type: String,
+    /// Positional arguments.
+    pub args: Vec<Value>,
+    /// Caller metadata.
+    pub meta: Option<Map<String, Value>>,
+    /// Top-level fields the caller sent that OJS does not name (and `schema`), echoed back.
+    pub extra: Map<String, Value>,
+    /// The state a reader should see.
+    pub state: JobState,
+    /// The state before the last cancel or ack/nack.
+    pub previous_state: Option<JobState>,
+    /// Higher first; −100..100.
+    pub priority: i32,
+    /// Attempts started so far.
+    pub attempt: i32,
+    /// Attempts allowed in all.
+    pub max_attempts: i32,
+    /// Server-side bound on one attempt's lease.
+    pub timeout_ms: Option<i64>,
+    /// The job's own lease length, if set.
+    pub visibility_timeout_ms: Option<i64>,
+    /// The retry policy.
+    pub retry: RetryPolicy,
+    /// The unique policy as given (stored, not enforced yet).
+    pub unique: Option<Value>,
+    /// Tags.
+    pub tags: Vec<String>,
+    /// When it was stored.
+    pub created_at: DateTime<Utc>,
+    /// When it became available.
+    pub enqueued_at: Option<DateTime<Utc>>,
+    /// When it was scheduled to become available.
+    pub scheduled_at: Option<DateTime<Utc>>,
+    /// After this it is never claimed.
+    pub expires_at: Option<DateTime<Utc>>,
+    /// When the current or last attempt started.
+    pub started_at: Option<DateTime<Utc>>,
+    /// When it completed or was discarded.
+    pub completed_at: Option<DateTime<Utc>>,
+    /// When it was cancelled.
+    pub cancelled_at: Option<DateTime<Utc>>,
+    /// The current lease token while active.
+    pub lease_token: Option<Uuid>,
+    /// When the current lease ends.
+    pub lease_expires_at: Option<DateTime<Utc>>,
+    /// The worker holding or last holding it.
+    pub worker_id: Option<String>,
+    /// The ack result.
+    pub result: Option<Value>,
+    /// The last failure.
+    pub error: Option<Value>,
+    /// Failure history, oldest first.
+    pub errors: Vec<Value>,
+    /// The backoff computed at the last retryable failure.
+    pub retry_delay_ms: Option<i64>,
+    /// When a retryable job becomes due again.
+    pub run_at: Option<DateTime<Utc>>,
+}
+
+/// Options of an enqueue request, as either protocol carries them.
+#[derive(Debug, Clone, Default)]
+pub struct JobOptions {
+    /// Target queue; `default` when absent.
+    pub queue: Option<String>,
+    /// Priority, −100..100.
+    pub priority: Option<i64>,
+    /// Bound on one attempt, ms.
+    pub timeout_ms: Option<i64>,
+    /// Lease length, ms.
+    pub visibility_timeout_ms: Option<i64>,
+    /// RFC 3339 time or `+PT..` relative duration.
+    pub scheduled_at: Option<String>,
+    /// RFC 3339 time or `+PT..` relative duration.
+    pub expires_at: Option<String>,
+    /// Retry policy in any accepted spelling.
+    pub retry: Option<Value>,
+    /// Unique policy.
+    pub unique: Option<Value>,
+    /// Tags.
+    pub tags: Option<Vec<String>>,
+    /// Enqueue as `pending`.
+    pub pending: bool,
+    /// Merged into meta.
+    pub metadata: Option<Map<String, Value>>,
+}
+
+/// A job to enqueue.
+#[derive(Debug, Clone, Default)]
+pub struct EnqueueJob {
+    /// Caller id, if any.
+    pub id: Option<String>,
+    /// Job type.
+    pub job_type: String,
+    /// Positional arguments.
+    pub args: Vec<Value>,
+    /// Metadata.
+    pub meta: Option<Map<String, Value>>,
+    /// Unknown top-level fields to keep.
+    pub extra: Map<String, Value>,
+    /// Options.
+    pub options: JobOptions,
+}
+
+/// A worker's request for jobs.
+#[derive(Debug, Clone, Default)]
+pub struct FetchJobs {
+    /// Queues in claim order.
+    pub queues: Vec<String>,
+    /// How many jobs at most (default 1).
+    pub count: Option<i64>,
+    /// Who is asking.
+    pub worker_id: Option<String>,
+    /// Lease length for these claims.
+    pub visibility_timeout_ms: Option<i64>,
+    /// Long-poll bound when nothing is ready.
+    pub wait_ms: Option<i64>,
+}
+
+/// A worker's completion of a job.
+#[derive(Debug, Clone, Default)]
+pub struct AckJob {
+    /// The job.
+    pub job_id: String,
+    /// The lease being answered.
+    pub lease_token: Option<String>,
+    /// The job's result.
+    pub result: Option<Value>,
+}
+
+/// What a worker reports when a job fails.
+#[derive(Debug, Clone, Default)]
+pub struct Failure {
+    /// Error code, e.g. `handler_error`.
+    pub code: Option<String>,
+    /// Error type/class name.
+    pub error_type: Option<String>,
+    /// Message.
+    pub message: String,
+    /// `false` discards at once.
+    pub retryable: Option<bool>,
+    /// Structured details.
+    pub details: Option<Map<String, Value>>,
+    /// Stack trace, as given.
+    pub backtrace: Option<Value>,
+}
+
+/// A worker's failure report for a job.
+#[derive(Debug, Clone, Default)]
+pub struct NackJob {
+    /// The job.
+    pub job_id: String,
+    /// The lease being answered.
+    pub lease_token: Option<String>,
+    /// The failure.
+    pub failure: Failure,
+    /// Put the job straight back as available.
+    pub requeue: bool,
+}
+
+/// A queue namespace.
+#[derive(Debug, Clone, PartialEq)]
+pub struct QueueSummary {
+    /// Queue name.
+    pub name: String,
+    /// Whether delivery is paused.
+    pub paused: bool,
+    /// When the namespace was created.
+    pub created_at: DateTime<Utc>,
+}

@@ -1,0 +1,278 @@
+//! The one protocol-neutral service: validates requests, decides, and calls the store.
+//! Both the HTTP and the gRPC adapter call these methods and only convert.
+
+pub mod error;
+pub mod job;
+pub mod time;
+pub mod validate;
+
+use std::time::{Duration, Instant};
+
+use chrono::Utc;
+use serde_json::json;
+
+use crate::store::Store;
+pub use error::{CoreError, ErrorKind};
+pub use job::{AckJob, EnqueueJob, FetchJobs, Job, JobState, NackJob, QueueSummary};
+
+/// Limits and defaults of the job operations.
+#[derive(Debug, Clone)]
+pub struct ServiceSettings {
+    /// Lease length when neither the fetch nor the job sets one.
+    pub default_visibility_timeout_ms: i64,
+    /// Refuse ack/nack without a lease token.
+    pub require_lease_token: bool,
+    /// Most queues one fetch may name.
+    pub max_fetch_queues: usize,
+    /// Most jobs one fetch may claim.
+    pub max_fetch_count: i64,
+    /// Longest fetch long-poll.
+    pub max_fetch_wait_ms: i64,
+    /// Whether this gateway rejects mutations (reported by health and manifest).
+    pub read_only: bool,
+}
+
+impl Default for ServiceSettings {
+    fn default() -> Self {
+        ServiceSettings {
+            default_visibility_timeout_ms: 30_000,
+            require_lease_token: false,
+            max_fetch_queues: 64,
+            max_fetch_count: 100,
+            max_fetch_wait_ms: 2_000,
+            read_only: false,
+        }
+    }
+}
+
+/// What the manifest says about this server.
+#[derive(Debug, Clone)]
+pub struct Manifest {
+    /// OJS version spoken.
+    pub ojs_version: &'static str,
+    /// Server version.
+    pub version: &'static str,
+    /// Highest OJS conformance level fully served.
+    pub conformance_level: i32,
+    /// Protocols served.
+    pub protocols: Vec<&'static str>,
+    /// Storage backend.
+    pub backend: &'static str,
+    /// Capability flags, each true only when implemented.
+    pub capabilities: Vec<(&'static str, bool)>,
+    /// Extensions beyond OJS.
+    pub extensions: Vec<&'static str>,
+    /// Limits clients should respect.
+    pub limits: serde_json::Value,
+}
+
+/// Health of the server and its database.
+#[derive(Debug, Clone)]
+pub struct Health {
+    /// Whether the database answered.
+    pub database_ok: bool,
+    /// Round-trip time of the probe.
+    pub database_latency: Duration,
+    /// The database error, if any.
+    pub database_error: Option<String>,
+    /// Seconds since start.
+    pub uptime_seconds: u64,
+    /// Whether this gateway is read-only.
+    pub read_only: bool,
+}
+
+/// The pgvs3 service shared by every protocol adapter.
+pub struct Service {
+    store: Store,
+    settings: ServiceSettings,
+    started: Instant,
+}
+
+impl Service {
+    /// A service over `store`.
+    pub fn new(store: Store, settings: ServiceSettings) -> Self {
+        Service {
+            store,
+            settings,
+            started: Instant::now(),
+        }
+    }
+
+    /// The settings in force.
+    pub fn settings(&self) -> &ServiceSettings {
+        &self.settings
+    }
+
+    /// The manifest.
+    pub fn manifest(&self) -> Manifest {
+        Manifest {
+            ojs_version: "1.0",
+            version: env!("CARGO_PKG_VERSION"),
+            conformance_level: 0,
+            protocols: vec!["http", "grpc"],
+            backend: "postgres",
+            capabilities: vec![
+                ("batch_enqueue", false),
+                ("cron_jobs", false),
+                ("dead_letter", false),
+                ("delayed_jobs", true),
+                ("job_ttl", false),
+                ("priority_queues", true),
+                ("rate_limiting", false),
+                ("schema_validation", false),
+                ("unique_jobs", false),
+                ("workflows", false),
+                ("pause_resume", false),
+            ],
+            extensions: vec!["lease-tokens", "long-poll-fetch"],
+            limits: json!({
+                "max_body_bytes": 1_048_576,
+                "max_fetch_queues": self.settings.max_fetch_queues,
+                "max_fetch_count": self.settings.max_fetch_count,
+                "max_fetch_wait_ms": self.settings.max_fetch_wait_ms,
+            }),
+        }
+    }
+
+    /// Probes the database.
+    pub async fn health(&self) -> Health {
+        let started = Instant::now();
+        let probe = self.store.ping().await;
+        Health {
+            database_ok: probe.is_ok(),
+            database_latency: started.elapsed(),
+            database_error: probe.err().map(|e| e.message),
+            uptime_seconds: self.started.elapsed().as_secs(),
+            read_only: self.settings.read_only,
+        }
+    }
+
+    /// Validates and stores a job; the queue is created on first use.
+    pub async fn enqueue(&self, job: EnqueueJob) -> Result<Job, CoreError> {
+        let row = validate::new_job_row(&job, Utc::now())?;
+        self.store.enqueue(&row).await
+    }
+
+    /// One job in its effective state.
+    pub async fn get_job(&self, id: &str) -> Result<Job, CoreError> {
+        let id = validate::parse_job_id(id)?;
+        self.store.get_job(id).await
+    }
+
+    /// Cancels a job that is not terminal.
+    pub async fn cancel_job(&self, id: &str) -> Result<Job, CoreError> {
+        let id = validate::parse_job_id(id)?;
+        self.store.cancel(id).await
+    }
+
+    /// Claims jobs for a worker, long-polling up to `wait_ms` when none is ready.
+    pub async fn fetch(&self, request: FetchJobs) -> Result<Vec<Job>, CoreError> {
+        let s = &self.settings;
+        if request.queues.is_empty() || request.queues.len() > s.max_fetch_queues {
+            return Err(CoreError::invalid(format!(
+                "queues must name between 1 and {} queues",
+                s.max_fetch_queues
+            ))
+            .with_detail("field", "queues".into()));
+        }
+        for queue in &request.queues {
+            validate::check_queue_name(queue)?;
+        }
+        let count = request.count.unwrap_or(1);
+        if !(1..=s.max_fetch_count).contains(&count) {
+            return Err(CoreError::invalid(format!(
+                "count must be between 1 and {}, not {count}",
+                s.max_fetch_count
+            ))
+            .with_detail("field", "count".into()));
+        }
+        if let Some(ms) = request.visibility_timeout_ms
+            && ms <= 0
+        {
+            return Err(CoreError::invalid(format!(
+                "visibility_timeout_ms must be positive, not {ms}"
+            ))
+            .with_detail("field", "visibility_timeout_ms".into()));
+        }
+        let wait_ms = request.wait_ms.unwrap_or(0);
+        if !(0..=s.max_fetch_wait_ms).contains(&wait_ms) {
+            return Err(CoreError::invalid(format!(
+                "wait_ms must be between 0 and {}, not {wait_ms}",
+                s.max_fetch_wait_ms
+            ))
+            .with_detail("field", "wait_ms".into()));
+        }
+        let deadline = tokio::time::Instant::now() + Duration::from_millis(wait_ms as u64);
+        // Subscribe before the first claim so an enqueue between claim and wait is not missed.
+        let mut wakeups = self.store.job_signals().subscribe();
+        loop {
+            let jobs = self
+                .store
+                .fetch(
+                    &request.queues,
+                    count as i32,
+                    request.worker_id.as_deref(),
+                    request.visibility_timeout_ms,
+                    s.default_visibility_timeout_ms,
+                )
+                .await?;
+            if !jobs.is_empty() || wait_ms == 0 {
+                return Ok(jobs);
+            }
+            // Long polls only wait on queues that exist.
+            if !self.store.any_queue_exists(&request.queues).await? {
+                return Ok(jobs);
+            }
+            if !wakeups.wait_for(&request.queues, deadline).await {
+                return Ok(Vec::new());
+            }
+        }
+    }
+
+    fn lease_token(&self, token: Option<&str>) -> Result<Option<uuid::Uuid>, CoreError> {
+        let token = validate::parse_lease_token(token)?;
+        if token.is_none() && self.settings.require_lease_token {
+            return Err(CoreError::invalid(
+                "lease_token is required by this server (--require-lease-token)",
+            )
+            .with_detail("field", "lease_token".into()));
+        }
+        Ok(token)
+    }
+
+    /// Completes an active job.
+    pub async fn ack(&self, request: AckJob) -> Result<Job, CoreError> {
+        let id = validate::parse_job_id(&request.job_id)?;
+        let token = self.lease_token(request.lease_token.as_deref())?;
+        self.store.ack(id, token, request.result.as_ref()).await
+    }
+
+    /// Fails an active job: retried, requeued or discarded by its policy.
+    pub async fn nack(&self, request: NackJob) -> Result<Job, CoreError> {
+        let id = validate::parse_job_id(&request.job_id)?;
+        let token = self.lease_token(request.lease_token.as_deref())?;
+        let f = &request.failure;
+        let code = f.code.clone().or_else(|| f.error_type.clone());
+        let failure = json!({
+            "code": code.unwrap_or_else(|| "handler_error".to_string()),
+            "type": f.error_type.clone().or_else(|| f.code.clone()),
+            "message": f.message,
+            "retryable": f.retryable,
+            "details": f.details,
+            "backtrace": f.backtrace,
+        });
+        // Drop nulls so the stored error only has what the worker said.
+        let failure = match failure {
+            serde_json::Value::Object(map) => {
+                serde_json::Value::Object(map.into_iter().filter(|(_, v)| !v.is_null()).collect())
+            }
+            other => other,
+        };
+        self.store.nack(id, token, &failure, request.requeue).await
+    }
+
+    /// Every queue namespace.
+    pub async fn list_queues(&self) -> Result<Vec<QueueSummary>, CoreError> {
+        self.store.list_queues().await
+    }
+}

@@ -1,0 +1,98 @@
+//! Timestamps and durations as OJS writes them: RFC 3339 instants, ISO-8601 durations.
+
+use chrono::{DateTime, SecondsFormat, Utc};
+
+/// RFC 3339 UTC with milliseconds, or whole seconds when the fraction is zero.
+pub fn format_time(t: &DateTime<Utc>) -> String {
+    if t.timestamp_subsec_millis() == 0 {
+        t.to_rfc3339_opts(SecondsFormat::Secs, true)
+    } else {
+        t.to_rfc3339_opts(SecondsFormat::Millis, true)
+    }
+}
+
+/// Parses an RFC 3339 instant with an explicit zone; a time without a zone is rejected.
+pub fn parse_time(text: &str) -> Option<DateTime<Utc>> {
+    DateTime::parse_from_rfc3339(text)
+        .ok()
+        .map(|t| t.with_timezone(&Utc))
+}
+
+/// Parses an ISO-8601 duration (`PT1S`, `PT1.5S`, `P1DT2H`, `PT5M`) into milliseconds.
+/// Years and months are refused: their length is not fixed.
+pub fn parse_duration_ms(text: &str) -> Option<i64> {
+    let rest = text.strip_prefix('P')?;
+    if rest.is_empty() {
+        return None;
+    }
+    let mut total = 0f64;
+    let mut in_time = false;
+    let mut number = String::new();
+    let mut saw_unit = false;
+    for c in rest.chars() {
+        match c {
+            'T' if !in_time && number.is_empty() => in_time = true,
+            '0'..='9' | '.' => number.push(c),
+            unit => {
+                let value: f64 = number.parse().ok()?;
+                number.clear();
+                let ms = match (in_time, unit) {
+                    (false, 'W') => 7.0 * 86_400_000.0,
+                    (false, 'D') => 86_400_000.0,
+                    (true, 'H') => 3_600_000.0,
+                    (true, 'M') => 60_000.0,
+                    (true, 'S') => 1_000.0,
+                    _ => return None,
+                };
+                total += value * ms;
+                saw_unit = true;
+            }
+        }
+    }
+    if !number.is_empty() || !saw_unit || !total.is_finite() || total > i64::MAX as f64 {
+        return None;
+    }
+    Some(total.round() as i64)
+}
+
+/// Renders milliseconds as an ISO-8601 duration (`PT1S`, `PT0.5S`, `PT5M`).
+pub fn format_duration_ms(ms: i64) -> String {
+    if ms % 3_600_000 == 0 && ms != 0 {
+        format!("PT{}H", ms / 3_600_000)
+    } else if ms % 60_000 == 0 && ms != 0 {
+        format!("PT{}M", ms / 60_000)
+    } else if ms % 1000 == 0 {
+        format!("PT{}S", ms / 1000)
+    } else {
+        format!("PT{}S", ms as f64 / 1000.0)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn durations_parse_and_render() {
+        assert_eq!(parse_duration_ms("PT1S"), Some(1000));
+        assert_eq!(parse_duration_ms("PT1.5S"), Some(1500));
+        assert_eq!(parse_duration_ms("PT5M"), Some(300_000));
+        assert_eq!(parse_duration_ms("P1DT1H"), Some(90_000_000));
+        assert_eq!(parse_duration_ms("P1M"), None);
+        assert_eq!(parse_duration_ms("PT"), None);
+        assert_eq!(parse_duration_ms("1S"), None);
+        assert_eq!(parse_duration_ms("PT1"), None);
+        assert_eq!(format_duration_ms(1000), "PT1S");
+        assert_eq!(format_duration_ms(300_000), "PT5M");
+        assert_eq!(format_duration_ms(500), "PT0.5S");
+    }
+
+    #[test]
+    fn times_need_a_zone_and_render_without_zero_fraction() {
+        assert!(parse_time("2026-01-01T00:00:00").is_none());
+        let t = parse_time("2099-12-31T23:59:59Z").expect("valid");
+        assert_eq!(format_time(&t), "2099-12-31T23:59:59Z");
+        let t = parse_time("2026-01-01T00:00:00.250+02:00").expect("valid");
+        assert_eq!(format_time(&t), "2025-12-31T22:00:00.250Z");
+    }
+}

@@ -1,0 +1,309 @@
+//! Core types ↔ protobuf messages, and JSON ↔ `google.protobuf.Value`.
+
+use chrono::{DateTime, Utc};
+use prost_types::value::Kind;
+use serde_json::{Map, Number, Value, json};
+
+use super::proto::ojs::v1 as pb;
+use crate::core::job::{Failure, JobOptions, RetryPolicy};
+use crate::core::time::{format_duration_ms, format_time};
+use crate::core::{CoreError, EnqueueJob, Job, JobState};
+
+/// JSON → protobuf Value.
+pub fn to_value(value: &Value) -> prost_types::Value {
+    let kind = match value {
+        Value::Null => Kind::NullValue(0),
+        Value::Bool(b) => Kind::BoolValue(*b),
+        Value::Number(n) => Kind::NumberValue(n.as_f64().unwrap_or(0.0)),
+        Value::String(s) => Kind::StringValue(s.clone()),
+        Value::Array(items) => Kind::ListValue(prost_types::ListValue {
+            values: items.iter().map(to_value).collect(),
+        }),
+        Value::Object(map) => Kind::StructValue(to_struct(map)),
+    };
+    prost_types::Value { kind: Some(kind) }
+}
+
+/// JSON object → protobuf Struct.
+pub fn to_struct(map: &Map<String, Value>) -> prost_types::Struct {
+    prost_types::Struct {
+        fields: map.iter().map(|(k, v)| (k.clone(), to_value(v))).collect(),
+    }
+}
+
+/// Protobuf Value → JSON; integral numbers come back as integers.
+pub fn from_value(value: prost_types::Value) -> Value {
+    match value.kind {
+        None | Some(Kind::NullValue(_)) => Value::Null,
+        Some(Kind::BoolValue(b)) => Value::Bool(b),
+        Some(Kind::NumberValue(n)) => {
+            if n.fract() == 0.0 && n.abs() < 9.0e15 {
+                Value::Number(Number::from(n as i64))
+            } else {
+                Number::from_f64(n).map_or(Value::Null, Value::Number)
+            }
+        }
+        Some(Kind::StringValue(s)) => Value::String(s),
+        Some(Kind::ListValue(list)) => {
+            Value::Array(list.values.into_iter().map(from_value).collect())
+        }
+        Some(Kind::StructValue(s)) => Value::Object(from_struct(s)),
+    }
+}
+
+/// Protobuf Struct → JSON object.
+pub fn from_struct(s: prost_types::Struct) -> Map<String, Value> {
+    s.fields
+        .into_iter()
+        .map(|(k, v)| (k, from_value(v)))
+        .collect()
+}
+
+fn timestamp(t: &DateTime<Utc>) -> prost_types::Timestamp {
+    prost_types::Timestamp {
+        seconds: t.timestamp(),
+        nanos: t.timestamp_subsec_nanos() as i32,
+    }
+}
+
+fn duration(ms: i64) -> prost_types::Duration {
+    prost_types::Duration {
+        seconds: ms / 1000,
+        nanos: ((ms % 1000) * 1_000_000) as i32,
+    }
+}
+
+fn duration_ms(d: &prost_types::Duration) -> i64 {
+    d.seconds * 1000 + i64::from(d.nanos) / 1_000_000
+}
+
+fn state(state: JobState) -> pb::JobState {
+    match state {
+        JobState::Scheduled => pb::JobState::Scheduled,
+        JobState::Available => pb::JobState::Available,
+        JobState::Pending => pb::JobState::Pending,
+        JobState::Active => pb::JobState::Active,
+        JobState::Completed => pb::JobState::Completed,
+        JobState::Retryable => pb::JobState::Retryable,
+        JobState::Cancelled => pb::JobState::Cancelled,
+        JobState::Discarded => pb::JobState::Discarded,
+    }
+}
+
+fn retry_policy(policy: &RetryPolicy) -> pb::RetryPolicy {
+    pb::RetryPolicy {
+        max_attempts: policy.max_attempts,
+        initial_interval: Some(duration(policy.initial_interval_ms)),
+        backoff_coefficient: policy.backoff_coefficient,
+        max_interval: Some(duration(policy.max_interval_ms)),
+        jitter: policy.jitter,
+        non_retryable_errors: policy.non_retryable_errors.clone(),
+        on_exhaustion: policy.on_exhaustion.clone(),
+    }
+}
+
+fn job_error(error: &Value) -> pb::JobError {
+    let text = |key: &str| {
+        error
+            .get(key)
+            .and_then(Value::as_str)
+            .unwrap_or_default()
+            .to_string()
+    };
+    pb::JobError {
+        code: text("code"),
+        message: text("message"),
+        retryable: error
+            .get("retryable")
+            .and_then(Value::as_bool)
+            .unwrap_or(true),
+        attempt: error.get("attempt").and_then(Value::as_i64).unwrap_or(0) as i32,
+        occurred_at: error
+            .get("occurred_at")
+            .and_then(Value::as_str)
+            .and_then(crate::core::time::parse_time)
+            .map(|t| timestamp(&t)),
+        backtrace: match error.get("backtrace") {
+            Some(Value::String(s)) => s.clone(),
+            Some(Value::Null) | None => String::new(),
+            Some(other) => other.to_string(),
+        },
+        details: error
+            .get("details")
+            .and_then(Value::as_object)
+            .map(to_struct),
+        r#type: text("type"),
+    }
+}
+
+/// A job as a protobuf message; the lease token only goes to the worker that claimed it.
+pub fn job(job: &Job, with_lease: bool) -> pb::Job {
+    let ts = |t: &Option<DateTime<Utc>>| t.as_ref().map(timestamp);
+    pb::Job {
+        id: job.id.to_string(),
+        r#type: job.job_type.clone(),
+        queue: job.queue.clone(),
+        args: job.args.iter().map(to_value).collect(),
+        meta: Some(to_struct(&job.meta.clone().unwrap_or_default())),
+        state: state(job.state) as i32,
+        priority: job.priority,
+        attempt: job.attempt,
+        max_attempts: job.max_attempts,
+        retry_policy: Some(retry_policy(&job.retry)),
+        unique_policy: None,
+        result: job
+            .result
+            .as_ref()
+            .and_then(Value::as_object)
+            .map(to_struct),
+        errors: job.errors.iter().map(job_error).collect(),
+        created_at: Some(timestamp(&job.created_at)),
+        enqueued_at: ts(&job.enqueued_at),
+        scheduled_at: ts(&job.scheduled_at),
+        started_at: ts(&job.started_at),
+        completed_at: ts(&job.completed_at),
+        expires_at: ts(&job.expires_at),
+        timeout: job.timeout_ms.map(duration),
+        visibility_timeout: job.visibility_timeout_ms.map(duration),
+        tags: job.tags.clone(),
+        trace_id: String::new(),
+        workflow_id: String::new(),
+        specversion: "1.0".to_string(),
+        lease_token: match (with_lease, job.lease_token) {
+            (true, Some(t)) => t.to_string(),
+            _ => String::new(),
+        },
+        unknown_fields_json: if job.extra.is_empty() {
+            String::new()
+        } else {
+            Value::Object(job.extra.clone()).to_string()
+        },
+        cancelled_at: ts(&job.cancelled_at),
+        retry_delay_ms: job.retry_delay_ms.unwrap_or(0),
+        timeout_ms: job.timeout_ms.unwrap_or(0),
+        result_value: job.result.as_ref().map(to_value),
+    }
+}
+
+fn non_empty(s: String) -> Option<String> {
+    (!s.is_empty()).then_some(s)
+}
+
+/// The retry policy in the JSON spelling the core validates; proto3 zero values mean "not set".
+fn retry_json(policy: &pb::RetryPolicy, max_attempts: i32) -> Value {
+    let mut map = Map::new();
+    let attempts = if max_attempts > 0 {
+        max_attempts
+    } else {
+        policy.max_attempts
+    };
+    if attempts != 0 {
+        map.insert("max_attempts".into(), attempts.into());
+    }
+    if let Some(d) = &policy.initial_interval {
+        map.insert("initial_interval_ms".into(), duration_ms(d).into());
+    }
+    if let Some(d) = &policy.max_interval {
+        map.insert("max_interval_ms".into(), duration_ms(d).into());
+    }
+    if policy.backoff_coefficient != 0.0 {
+        map.insert(
+            "backoff_coefficient".into(),
+            json!(policy.backoff_coefficient),
+        );
+    }
+    map.insert("jitter".into(), policy.jitter.into());
+    if !policy.non_retryable_errors.is_empty() {
+        map.insert(
+            "non_retryable_errors".into(),
+            json!(policy.non_retryable_errors),
+        );
+    }
+    if !policy.on_exhaustion.is_empty() {
+        map.insert("on_exhaustion".into(), policy.on_exhaustion.clone().into());
+    }
+    Value::Object(map)
+}
+
+/// An enqueue request in core terms.
+pub fn enqueue(request: pb::EnqueueRequest) -> Result<EnqueueJob, CoreError> {
+    let extra = match request.unknown_fields_json.as_str() {
+        "" => Map::new(),
+        text => match serde_json::from_str(text) {
+            Ok(Value::Object(map)) => map,
+            _ => {
+                return Err(CoreError::invalid(
+                    "unknown_fields_json must be a JSON object",
+                ));
+            }
+        },
+    };
+    let o = request.options.unwrap_or_default();
+    let retry = match (&o.retry, o.max_attempts) {
+        (Some(policy), attempts) => Some(retry_json(policy, attempts)),
+        (None, attempts) if attempts > 0 => Some(json!({ "max_attempts": attempts })),
+        _ => None,
+    };
+    let meta = request.meta.or(o.meta).map(from_struct);
+    Ok(EnqueueJob {
+        id: non_empty(request.id),
+        job_type: request.r#type,
+        args: request.args.into_iter().map(from_value).collect(),
+        meta,
+        extra,
+        options: JobOptions {
+            queue: non_empty(o.queue),
+            priority: Some(i64::from(o.priority)),
+            timeout_ms: (o.timeout_ms > 0)
+                .then_some(o.timeout_ms)
+                .or(o.timeout.as_ref().map(duration_ms)),
+            visibility_timeout_ms: (o.visibility_timeout_ms > 0)
+                .then_some(o.visibility_timeout_ms)
+                .or(o.visibility_timeout.as_ref().map(duration_ms)),
+            scheduled_at: o.delay_until.map(|t| {
+                let when = DateTime::<Utc>::from_timestamp(t.seconds, t.nanos.max(0) as u32)
+                    .unwrap_or_default();
+                format_time(&when)
+            }),
+            expires_at: o
+                .ttl
+                .map(|d| format!("+{}", format_duration_ms(duration_ms(&d)))),
+            retry,
+            unique: None,
+            tags: (!o.tags.is_empty()).then_some(o.tags),
+            pending: o.pending,
+            metadata: None,
+        },
+    })
+}
+
+/// A failure report in core terms. proto3 cannot tell an unset `retryable` from false, so false
+/// counts as "not said"; `details.retryable: false` marks a failure non-retryable.
+pub fn failure(error: pb::JobError) -> Failure {
+    let details = error.details.map(from_struct);
+    let retryable = details
+        .as_ref()
+        .and_then(|d| d.get("retryable"))
+        .and_then(Value::as_bool)
+        .or(error.retryable.then_some(true));
+    Failure {
+        code: non_empty(error.code),
+        error_type: non_empty(error.r#type),
+        message: error.message,
+        retryable,
+        details,
+        backtrace: non_empty(error.backtrace).map(Value::String),
+    }
+}
+
+/// The next attempt time of a retryable job.
+pub fn next_attempt_at(job: &Job) -> Option<prost_types::Timestamp> {
+    (job.state == JobState::Retryable)
+        .then(|| job.run_at.as_ref().map(timestamp))
+        .flatten()
+}
+
+/// A queue's creation time.
+pub fn created_at(t: &DateTime<Utc>) -> prost_types::Timestamp {
+    timestamp(t)
+}

@@ -1,0 +1,55 @@
+//! The gRPC adapter: `ojs.v1.OJSService` (wire-compatible with the public OJS protos) over the
+//! core service. It converts messages and errors; it holds no rule of its own.
+
+mod convert;
+mod error;
+mod service;
+
+use std::sync::Arc;
+
+use tower::ServiceExt;
+
+use crate::core::Service;
+pub use error::status_of;
+pub use service::GrpcAdapter;
+
+/// Messages and services generated from `proto/` by build.rs.
+#[allow(missing_docs, clippy::all)]
+pub mod proto {
+    /// The OJS gRPC binding.
+    pub mod ojs {
+        /// Version 1.
+        pub mod v1 {
+            tonic::include_proto!("ojs.v1");
+        }
+    }
+    /// pgvs3's own services.
+    pub mod pgvs3 {
+        /// Version 1.
+        pub mod v1 {
+            tonic::include_proto!("pgvs3.v1");
+        }
+    }
+}
+
+/// One gRPC method with whether a read-only gateway serves it.
+#[derive(Debug, Clone, Copy)]
+pub struct GrpcOperation {
+    /// `/package.Service/Method`.
+    pub path: &'static str,
+    /// Declared `idempotency_level = NO_SIDE_EFFECTS`.
+    pub read_only: bool,
+}
+
+include!(concat!(env!("OUT_DIR"), "/grpc_operations.rs"));
+
+/// The gRPC routes of the service, to merge into the HTTP router (one port) or serve alone.
+pub fn router(service: Arc<Service>, max_message_bytes: usize) -> axum::Router {
+    use proto::ojs::v1::ojs_service_server::{OjsServiceServer, SERVICE_NAME};
+    let ojs = OjsServiceServer::new(GrpcAdapter::new(service))
+        .max_decoding_message_size(max_message_bytes);
+    axum::Router::new().route_service(
+        &format!("/{SERVICE_NAME}/{{*rest}}"),
+        ojs.map_request(|req: http::Request<axum::body::Body>| req.map(tonic::body::Body::new)),
+    )
+}

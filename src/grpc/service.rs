@@ -1,0 +1,369 @@
+//! `ojs.v1.OJSService` implemented over the core service: conversion only.
+
+use std::pin::Pin;
+use std::sync::Arc;
+
+use futures_util::Stream;
+use tonic::{Request, Response, Status};
+
+use super::convert;
+use super::proto::ojs::v1 as pb;
+use super::proto::ojs::v1::ojs_service_server::OjsService;
+use super::status_of;
+use crate::core::{AckJob, CoreError, FetchJobs, NackJob, Service};
+use crate::middleware::RequestId;
+
+/// The gRPC binding of the service.
+#[derive(Clone)]
+pub struct GrpcAdapter {
+    service: Arc<Service>,
+}
+
+impl GrpcAdapter {
+    /// An adapter over `service`.
+    pub fn new(service: Arc<Service>) -> Self {
+        GrpcAdapter { service }
+    }
+}
+
+fn request_id<T>(request: &Request<T>) -> String {
+    request
+        .extensions()
+        .get::<RequestId>()
+        .map(|r| r.0.clone())
+        .unwrap_or_else(RequestId::generate)
+}
+
+/// Runs a core call and maps its error to a status stamped with the request id.
+fn answer<T>(id: &str, result: Result<T, CoreError>) -> Result<Response<T>, Status> {
+    result.map(Response::new).map_err(|e| status_of(&e, id))
+}
+
+fn not_yet(rpc: &str) -> Status {
+    Status::unimplemented(format!("{rpc} is not implemented by this pgvs3 version"))
+}
+
+type BoxStream<T> = Pin<Box<dyn Stream<Item = Result<T, Status>> + Send + 'static>>;
+
+#[tonic::async_trait]
+impl OjsService for GrpcAdapter {
+    async fn manifest(
+        &self,
+        _: Request<pb::ManifestRequest>,
+    ) -> Result<Response<pb::ManifestResponse>, Status> {
+        let m = self.service.manifest();
+        Ok(Response::new(pb::ManifestResponse {
+            ojs_version: m.ojs_version.to_string(),
+            implementation: Some(pb::Implementation {
+                name: "pgvs3".to_string(),
+                version: m.version.to_string(),
+                language: "rust".to_string(),
+            }),
+            conformance_level: m.conformance_level,
+            protocols: m.protocols.iter().map(|p| p.to_string()).collect(),
+            backend: m.backend.to_string(),
+            extensions: m.extensions.iter().map(|e| e.to_string()).collect(),
+            schema_validation: m
+                .capabilities
+                .iter()
+                .any(|(n, on)| *n == "schema_validation" && *on),
+        }))
+    }
+
+    async fn health(
+        &self,
+        _: Request<pb::HealthRequest>,
+    ) -> Result<Response<pb::HealthResponse>, Status> {
+        let h = self.service.health().await;
+        let details = serde_json::json!({
+            "database": if h.database_ok { "ok" } else { "unhealthy" },
+            "latency_ms": h.database_latency.as_millis() as u64,
+            "uptime_seconds": h.uptime_seconds,
+            "read_only": h.read_only,
+            "error": h.database_error,
+        });
+        let now = chrono::Utc::now();
+        Ok(Response::new(pb::HealthResponse {
+            status: if h.database_ok {
+                pb::HealthStatus::Ok
+            } else {
+                pb::HealthStatus::Unhealthy
+            } as i32,
+            timestamp: Some(convert::created_at(&now)),
+            details: details.as_object().map(convert::to_struct),
+        }))
+    }
+
+    async fn enqueue(
+        &self,
+        request: Request<pb::EnqueueRequest>,
+    ) -> Result<Response<pb::EnqueueResponse>, Status> {
+        let id = request_id(&request);
+        let result = match convert::enqueue(request.into_inner()) {
+            Ok(job) => self.service.enqueue(job).await,
+            Err(e) => Err(e),
+        };
+        answer(
+            &id,
+            result.map(|job| pb::EnqueueResponse {
+                job: Some(convert::job(&job, false)),
+            }),
+        )
+    }
+
+    async fn enqueue_batch(
+        &self,
+        _: Request<pb::EnqueueBatchRequest>,
+    ) -> Result<Response<pb::EnqueueBatchResponse>, Status> {
+        Err(not_yet("EnqueueBatch"))
+    }
+
+    async fn get_job(
+        &self,
+        request: Request<pb::GetJobRequest>,
+    ) -> Result<Response<pb::GetJobResponse>, Status> {
+        let id = request_id(&request);
+        let result = self.service.get_job(&request.into_inner().job_id).await;
+        answer(
+            &id,
+            result.map(|job| pb::GetJobResponse {
+                job: Some(convert::job(&job, false)),
+            }),
+        )
+    }
+
+    async fn cancel_job(
+        &self,
+        request: Request<pb::CancelJobRequest>,
+    ) -> Result<Response<pb::CancelJobResponse>, Status> {
+        let id = request_id(&request);
+        let result = self.service.cancel_job(&request.into_inner().job_id).await;
+        answer(
+            &id,
+            result.map(|job| pb::CancelJobResponse {
+                job: Some(convert::job(&job, false)),
+            }),
+        )
+    }
+
+    async fn activate_job(
+        &self,
+        _: Request<pb::ActivateJobRequest>,
+    ) -> Result<Response<pb::ActivateJobResponse>, Status> {
+        Err(not_yet("ActivateJob"))
+    }
+
+    async fn fetch(
+        &self,
+        request: Request<pb::FetchRequest>,
+    ) -> Result<Response<pb::FetchResponse>, Status> {
+        let id = request_id(&request);
+        let r = request.into_inner();
+        let result = self
+            .service
+            .fetch(FetchJobs {
+                queues: r.queues,
+                count: (r.count != 0).then_some(i64::from(r.count)),
+                worker_id: (!r.worker_id.is_empty()).then_some(r.worker_id),
+                visibility_timeout_ms: (r.visibility_timeout_ms != 0)
+                    .then_some(r.visibility_timeout_ms),
+                wait_ms: (r.wait_ms != 0).then_some(r.wait_ms),
+            })
+            .await;
+        answer(
+            &id,
+            result.map(|jobs| pb::FetchResponse {
+                jobs: jobs.iter().map(|j| convert::job(j, true)).collect(),
+            }),
+        )
+    }
+
+    async fn ack(
+        &self,
+        request: Request<pb::AckRequest>,
+    ) -> Result<Response<pb::AckResponse>, Status> {
+        let id = request_id(&request);
+        let r = request.into_inner();
+        let result = r.result_value.map(convert::from_value).or(r
+            .result
+            .map(|s| serde_json::Value::Object(convert::from_struct(s))));
+        let acked = self
+            .service
+            .ack(AckJob {
+                job_id: r.job_id,
+                lease_token: (!r.lease_token.is_empty()).then_some(r.lease_token),
+                result,
+            })
+            .await;
+        answer(
+            &id,
+            acked.map(|job| pb::AckResponse {
+                acknowledged: true,
+                job: Some(convert::job(&job, false)),
+            }),
+        )
+    }
+
+    async fn nack(
+        &self,
+        request: Request<pb::NackRequest>,
+    ) -> Result<Response<pb::NackResponse>, Status> {
+        let id = request_id(&request);
+        let r = request.into_inner();
+        let result = self
+            .service
+            .nack(NackJob {
+                job_id: r.job_id,
+                lease_token: (!r.lease_token.is_empty()).then_some(r.lease_token),
+                failure: convert::failure(r.error.unwrap_or_default()),
+                requeue: r.requeue,
+            })
+            .await;
+        answer(
+            &id,
+            result.map(|job| {
+                let wire = convert::job(&job, false);
+                pb::NackResponse {
+                    state: wire.state,
+                    next_attempt_at: convert::next_attempt_at(&job),
+                    retry_delay_ms: job.retry_delay_ms.unwrap_or(0),
+                    attempt: job.attempt,
+                    max_attempts: job.max_attempts,
+                    job: Some(wire),
+                }
+            }),
+        )
+    }
+
+    async fn heartbeat(
+        &self,
+        _: Request<pb::HeartbeatRequest>,
+    ) -> Result<Response<pb::HeartbeatResponse>, Status> {
+        Err(not_yet("Heartbeat"))
+    }
+
+    type StreamJobsStream = BoxStream<pb::Job>;
+
+    async fn stream_jobs(
+        &self,
+        _: Request<pb::StreamJobsRequest>,
+    ) -> Result<Response<Self::StreamJobsStream>, Status> {
+        Err(not_yet("StreamJobs"))
+    }
+
+    type StreamEventsStream = BoxStream<pb::Event>;
+
+    async fn stream_events(
+        &self,
+        _: Request<pb::StreamEventsRequest>,
+    ) -> Result<Response<Self::StreamEventsStream>, Status> {
+        Err(not_yet("StreamEvents"))
+    }
+
+    async fn list_queues(
+        &self,
+        request: Request<pb::ListQueuesRequest>,
+    ) -> Result<Response<pb::ListQueuesResponse>, Status> {
+        let id = request_id(&request);
+        let result = self.service.list_queues().await;
+        answer(
+            &id,
+            result.map(|queues| pb::ListQueuesResponse {
+                queues: queues
+                    .iter()
+                    .map(|q| pb::QueueInfo {
+                        name: q.name.clone(),
+                        paused: q.paused,
+                        available_count: 0,
+                        created_at: Some(convert::created_at(&q.created_at)),
+                    })
+                    .collect(),
+                next_cursor: String::new(),
+            }),
+        )
+    }
+
+    async fn queue_stats(
+        &self,
+        _: Request<pb::QueueStatsRequest>,
+    ) -> Result<Response<pb::QueueStatsResponse>, Status> {
+        Err(not_yet("QueueStats"))
+    }
+
+    async fn pause_queue(
+        &self,
+        _: Request<pb::PauseQueueRequest>,
+    ) -> Result<Response<pb::PauseQueueResponse>, Status> {
+        Err(not_yet("PauseQueue"))
+    }
+
+    async fn resume_queue(
+        &self,
+        _: Request<pb::ResumeQueueRequest>,
+    ) -> Result<Response<pb::ResumeQueueResponse>, Status> {
+        Err(not_yet("ResumeQueue"))
+    }
+
+    async fn list_dead_letter(
+        &self,
+        _: Request<pb::ListDeadLetterRequest>,
+    ) -> Result<Response<pb::ListDeadLetterResponse>, Status> {
+        Err(not_yet("ListDeadLetter"))
+    }
+
+    async fn retry_dead_letter(
+        &self,
+        _: Request<pb::RetryDeadLetterRequest>,
+    ) -> Result<Response<pb::RetryDeadLetterResponse>, Status> {
+        Err(not_yet("RetryDeadLetter"))
+    }
+
+    async fn delete_dead_letter(
+        &self,
+        _: Request<pb::DeleteDeadLetterRequest>,
+    ) -> Result<Response<pb::DeleteDeadLetterResponse>, Status> {
+        Err(not_yet("DeleteDeadLetter"))
+    }
+
+    async fn register_cron(
+        &self,
+        _: Request<pb::RegisterCronRequest>,
+    ) -> Result<Response<pb::RegisterCronResponse>, Status> {
+        Err(not_yet("RegisterCron"))
+    }
+
+    async fn unregister_cron(
+        &self,
+        _: Request<pb::UnregisterCronRequest>,
+    ) -> Result<Response<pb::UnregisterCronResponse>, Status> {
+        Err(not_yet("UnregisterCron"))
+    }
+
+    async fn list_cron(
+        &self,
+        _: Request<pb::ListCronRequest>,
+    ) -> Result<Response<pb::ListCronResponse>, Status> {
+        Err(not_yet("ListCron"))
+    }
+
+    async fn create_workflow(
+        &self,
+        _: Request<pb::CreateWorkflowRequest>,
+    ) -> Result<Response<pb::CreateWorkflowResponse>, Status> {
+        Err(not_yet("CreateWorkflow"))
+    }
+
+    async fn get_workflow(
+        &self,
+        _: Request<pb::GetWorkflowRequest>,
+    ) -> Result<Response<pb::GetWorkflowResponse>, Status> {
+        Err(not_yet("GetWorkflow"))
+    }
+
+    async fn cancel_workflow(
+        &self,
+        _: Request<pb::CancelWorkflowRequest>,
+    ) -> Result<Response<pb::CancelWorkflowResponse>, Status> {
+        Err(not_yet("CancelWorkflow"))
+    }
+}

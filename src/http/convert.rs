@@ -1,0 +1,137 @@
+//! Core types ↔ OpenAPI wire types.
+
+use crate::core::job::{Failure, JobOptions, RetryPolicy};
+use crate::core::time::{format_duration_ms, format_time};
+use crate::core::{EnqueueJob, Job, JobState};
+
+use super::api::types;
+
+/// The retry policy as OJS echoes it, with ISO-8601 durations.
+fn retry(policy: &RetryPolicy) -> types::RetryPolicy {
+    types::RetryPolicy {
+        max_attempts: Some(i64::from(policy.max_attempts)),
+        initial_interval: Some(format_duration_ms(policy.initial_interval_ms)),
+        backoff_coefficient: Some(policy.backoff_coefficient),
+        max_interval: Some(format_duration_ms(policy.max_interval_ms)),
+        jitter: Some(policy.jitter),
+        non_retryable_errors: Some(policy.non_retryable_errors.clone()),
+        on_exhaustion: Some(policy.on_exhaustion.clone()),
+        backoff_type: Some(policy.backoff_type.clone()),
+    }
+}
+
+/// A job on the wire; the lease token only goes to the worker that claimed it.
+pub fn job(job: &Job, with_lease: bool) -> types::Job {
+    let time = |t: &Option<chrono::DateTime<chrono::Utc>>| t.as_ref().map(format_time);
+    types::Job {
+        specversion: "1.0".to_string(),
+        id: job.id.to_string(),
+        r#type: job.job_type.clone(),
+        queue: job.queue.clone(),
+        args: job.args.clone(),
+        meta: Some(job.meta.clone().unwrap_or_default()),
+        schema: None,
+        state: job.state.as_str().to_string(),
+        priority: i64::from(job.priority),
+        attempt: i64::from(job.attempt),
+        max_attempts: i64::from(job.max_attempts),
+        timeout_ms: job.timeout_ms,
+        visibility_timeout_ms: job.visibility_timeout_ms,
+        tags: (!job.tags.is_empty()).then(|| job.tags.clone()),
+        retry: Some(retry(&job.retry)),
+        unique: job.unique.clone(),
+        created_at: format_time(&job.created_at),
+        enqueued_at: time(&job.enqueued_at),
+        scheduled_at: time(&job.scheduled_at),
+        expires_at: time(&job.expires_at),
+        started_at: time(&job.started_at),
+        completed_at: time(&job.completed_at),
+        cancelled_at: time(&job.cancelled_at),
+        result: job.result.clone(),
+        error: job.error.as_ref().and_then(|e| e.as_object().cloned()),
+        errors: (!job.errors.is_empty()).then(|| {
+            job.errors
+                .iter()
+                .filter_map(|e| e.as_object().cloned())
+                .collect()
+        }),
+        retry_delay_ms: job.retry_delay_ms,
+        worker_id: job.worker_id.clone(),
+        lease_token: if with_lease {
+            job.lease_token.map(|t| t.to_string())
+        } else {
+            None
+        },
+        lease_expires_at: if with_lease {
+            time(&job.lease_expires_at)
+        } else {
+            None
+        },
+        previous_state: job.previous_state.map(|s| s.as_str().to_string()),
+        extra: job.extra.clone(),
+    }
+}
+
+/// An enqueue request in core terms.
+pub fn enqueue(body: types::EnqueueRequest) -> EnqueueJob {
+    let mut extra = body.extra;
+    if let Some(schema) = body.schema {
+        extra.insert("schema".to_string(), schema.into());
+    }
+    let o = body.options.unwrap_or_default();
+    EnqueueJob {
+        id: body.id,
+        job_type: body.r#type,
+        args: body.args,
+        meta: body.meta,
+        extra,
+        options: JobOptions {
+            queue: o.queue,
+            priority: o.priority,
+            timeout_ms: o.timeout_ms,
+            visibility_timeout_ms: o.visibility_timeout_ms,
+            scheduled_at: o.delay_until.or(o.scheduled_at),
+            expires_at: o.expires_at,
+            retry: o.retry.or(o.retry_policy),
+            unique: o.unique,
+            tags: o.tags,
+            pending: o.pending.unwrap_or(false),
+            metadata: o.metadata,
+        },
+    }
+}
+
+/// A nack error in core terms.
+pub fn failure(error: types::NackError) -> Failure {
+    Failure {
+        code: error.code,
+        error_type: error.r#type,
+        message: error.message,
+        retryable: error.retryable,
+        details: error.details,
+        backtrace: error.backtrace,
+    }
+}
+
+/// The nack answer: the new state and, by state, when it runs again or when it ended.
+pub fn nack_response(job: &Job) -> types::NackResponse {
+    let wire = self::job(job, false);
+    types::NackResponse {
+        id: wire.id.clone(),
+        job_id: wire.id.clone(),
+        state: wire.state.clone(),
+        attempt: wire.attempt,
+        max_attempts: wire.max_attempts,
+        next_attempt_at: (job.state == JobState::Retryable)
+            .then(|| job.run_at.as_ref().map(format_time))
+            .flatten(),
+        retry_delay_ms: (job.state == JobState::Retryable)
+            .then_some(job.retry_delay_ms)
+            .flatten(),
+        discarded_at: (job.state == JobState::Discarded)
+            .then(|| wire.completed_at.clone())
+            .flatten(),
+        completed_at: wire.completed_at.clone(),
+        job: wire,
+    }
+}

@@ -1,0 +1,104 @@
+//! Core errors as HTTP answers in the OJS error envelope.
+
+use axum::response::{IntoResponse, Response};
+use http::{HeaderValue, StatusCode};
+use serde_json::json;
+
+use crate::core::{CoreError, ErrorKind};
+
+/// A core error on its way to an HTTP client.
+#[derive(Debug)]
+pub struct ApiError {
+    /// The error.
+    pub error: CoreError,
+    /// The request it answers.
+    pub request_id: Option<String>,
+}
+
+impl From<CoreError> for ApiError {
+    fn from(error: CoreError) -> Self {
+        ApiError {
+            error,
+            request_id: None,
+        }
+    }
+}
+
+impl ApiError {
+    /// Stamps the request id into the envelope.
+    pub fn with_request_id(mut self, request_id: &str) -> Self {
+        self.request_id = Some(request_id.to_string());
+        self
+    }
+}
+
+/// The HTTP status of each error kind.
+pub fn status_of(kind: ErrorKind) -> StatusCode {
+    match kind {
+        ErrorKind::InvalidRequest | ErrorKind::InvalidPayload => StatusCode::BAD_REQUEST,
+        ErrorKind::ValidationError | ErrorKind::Unsupported => StatusCode::UNPROCESSABLE_ENTITY,
+        ErrorKind::NotFound => StatusCode::NOT_FOUND,
+        ErrorKind::Conflict | ErrorKind::Duplicate | ErrorKind::StaleLease => StatusCode::CONFLICT,
+        ErrorKind::ReadOnly => StatusCode::FORBIDDEN,
+        ErrorKind::RateLimited => StatusCode::TOO_MANY_REQUESTS,
+        ErrorKind::PayloadTooLarge => StatusCode::PAYLOAD_TOO_LARGE,
+        ErrorKind::Backend => StatusCode::INTERNAL_SERVER_ERROR,
+        ErrorKind::Unavailable => StatusCode::SERVICE_UNAVAILABLE,
+    }
+}
+
+fn hint_of(kind: ErrorKind) -> &'static str {
+    match kind {
+        ErrorKind::InvalidRequest => "Check the request fields against openapi/pgvs3.yaml.",
+        ErrorKind::InvalidPayload => {
+            "Send a JSON object with Content-Type application/openjobspec+json."
+        }
+        ErrorKind::ValidationError => "Correct the named field; the request was not applied.",
+        ErrorKind::NotFound => {
+            "Check the id or path; finished jobs are removed after their retention."
+        }
+        ErrorKind::Conflict => "Read the job's current state with GET /ojs/v1/jobs/{id}.",
+        ErrorKind::Duplicate => "Read the stored job with GET /ojs/v1/jobs/{id} and compare it.",
+        ErrorKind::StaleLease => {
+            "Your lease ended and the job was claimed again; stop working on it."
+        }
+        ErrorKind::ReadOnly => "Send mutations to a writable gateway.",
+        ErrorKind::RateLimited => "Retry after the Retry-After interval.",
+        ErrorKind::PayloadTooLarge => "Send a smaller body, or split a batch.",
+        ErrorKind::Unsupported => "Use OJS-Version 1.0.",
+        ErrorKind::Backend | ErrorKind::Unavailable => "Retry later; the database is failing.",
+    }
+}
+
+impl IntoResponse for ApiError {
+    fn into_response(self) -> Response {
+        let kind = self.error.kind;
+        let error_type = match kind {
+            ErrorKind::InvalidRequest | ErrorKind::InvalidPayload | ErrorKind::ValidationError => {
+                "validation_error"
+            }
+            other => other.code(),
+        };
+        let mut body = json!({
+            "code": kind.code(),
+            "message": self.error.message,
+            "retryable": kind.retryable(),
+            "type": error_type,
+            "hint": hint_of(kind),
+            "docs_url": format!("https://openjobspec.org/spec/errors#{}", kind.code()),
+        });
+        if let Some(details) = self.error.details {
+            body["details"] = details.into();
+        }
+        if let Some(id) = self.request_id {
+            body["request_id"] = id.into();
+        }
+        let mut response = super::ojs_json(status_of(kind), &json!({ "error": body }));
+        if kind == ErrorKind::RateLimited {
+            response
+                .headers_mut()
+                .insert(http::header::RETRY_AFTER, HeaderValue::from_static("1"));
+        }
+        response
+    }
+}

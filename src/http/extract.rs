@@ -1,0 +1,179 @@
+//! Extractors whose rejections are OJS errors: bodies, paths, queries and the request context.
+
+use axum::extract::{FromRequest, FromRequestParts, Request};
+use http::request::Parts;
+use http_body_util::LengthLimitError;
+use serde::de::DeserializeOwned;
+use serde_json::Value;
+
+use super::ApiError;
+use crate::core::{CoreError, ErrorKind};
+use crate::middleware::{BodyLimit, RequestId};
+
+/// What every operation knows about its request.
+#[derive(Debug, Clone)]
+pub struct RequestContext {
+    /// The request id, echoed in `X-Request-Id` and error envelopes.
+    pub request_id: String,
+}
+
+fn request_id_of(extensions: &http::Extensions) -> String {
+    extensions
+        .get::<RequestId>()
+        .map(|r| r.0.clone())
+        .unwrap_or_else(RequestId::generate)
+}
+
+impl<S: Send + Sync> FromRequestParts<S> for RequestContext {
+    type Rejection = std::convert::Infallible;
+
+    async fn from_request_parts(parts: &mut Parts, _: &S) -> Result<Self, Self::Rejection> {
+        Ok(RequestContext {
+            request_id: request_id_of(&parts.extensions),
+        })
+    }
+}
+
+fn is_json(content_type: &str) -> bool {
+    let essence = content_type
+        .split(';')
+        .next()
+        .unwrap_or("")
+        .trim()
+        .to_ascii_lowercase();
+    essence == "application/json" || essence == "application/openjobspec+json"
+}
+
+/// Reads a JSON object body; `None` when the body is empty.
+async fn read_object(req: Request) -> Result<Option<Value>, ApiError> {
+    let request_id = request_id_of(req.extensions());
+    let fail = |e: CoreError| ApiError::from(e).with_request_id(&request_id);
+    let limit = req.extensions().get::<BodyLimit>().map_or(0, |l| l.0);
+    let content_type = req
+        .headers()
+        .get(http::header::CONTENT_TYPE)
+        .and_then(|v| v.to_str().ok())
+        .map(str::to_string);
+    let bytes = axum::body::to_bytes(req.into_body(), usize::MAX)
+        .await
+        .map_err(|e| {
+            let too_large = e.into_inner().downcast_ref::<LengthLimitError>().is_some();
+            fail(if too_large {
+                CoreError::new(
+                    ErrorKind::PayloadTooLarge,
+                    format!("request body exceeds the limit of {limit} bytes"),
+                )
+            } else {
+                CoreError::invalid("request body could not be read")
+            })
+        })?;
+    if bytes.iter().all(u8::is_ascii_whitespace) {
+        return Ok(None);
+    }
+    match content_type.as_deref() {
+        Some(ct) if is_json(ct) => {}
+        Some(ct) => {
+            return Err(fail(CoreError::invalid(format!(
+                "unsupported Content-Type {ct:?}: send application/openjobspec+json or application/json"
+            ))));
+        }
+        None => {
+            return Err(fail(CoreError::invalid(
+                "Content-Type is missing: send application/openjobspec+json or application/json",
+            )));
+        }
+    }
+    let value: Value = serde_json::from_slice(&bytes).map_err(|e| {
+        fail(CoreError::new(
+            ErrorKind::InvalidPayload,
+            format!("request body is not valid JSON: {e}"),
+        ))
+    })?;
+    if !value.is_object() {
+        return Err(fail(CoreError::new(
+            ErrorKind::InvalidPayload,
+            "request body must be a JSON object",
+        )));
+    }
+    Ok(Some(value))
+}
+
+fn decode<T: DeserializeOwned>(value: Value, request_id: &str) -> Result<T, ApiError> {
+    serde_path_to_error::deserialize(value).map_err(|e| {
+        let path = e.path().to_string();
+        let message = if path == "." {
+            e.inner().to_string()
+        } else {
+            format!("{path}: {}", e.inner())
+        };
+        ApiError::from(CoreError::invalid(message)).with_request_id(request_id)
+    })
+}
+
+/// A required JSON body.
+pub struct OjsJson<T>(pub T);
+
+impl<S: Send + Sync, T: DeserializeOwned> FromRequest<S> for OjsJson<T> {
+    type Rejection = ApiError;
+
+    async fn from_request(req: Request, _: &S) -> Result<Self, Self::Rejection> {
+        let request_id = request_id_of(req.extensions());
+        match read_object(req).await? {
+            Some(value) => decode(value, &request_id).map(OjsJson),
+            None => Err(ApiError::from(CoreError::new(
+                ErrorKind::InvalidPayload,
+                "request body is empty: a JSON object is required",
+            ))
+            .with_request_id(&request_id)),
+        }
+    }
+}
+
+/// An optional JSON body (empty means none).
+pub struct OptionalOjsJson<T>(pub Option<T>);
+
+impl<S: Send + Sync, T: DeserializeOwned> FromRequest<S> for OptionalOjsJson<T> {
+    type Rejection = ApiError;
+
+    async fn from_request(req: Request, _: &S) -> Result<Self, Self::Rejection> {
+        let request_id = request_id_of(req.extensions());
+        match read_object(req).await? {
+            Some(value) => decode(value, &request_id).map(|v| OptionalOjsJson(Some(v))),
+            None => Ok(OptionalOjsJson(None)),
+        }
+    }
+}
+
+/// Path parameters.
+pub struct OjsPath<T>(pub T);
+
+impl<S: Send + Sync, T: DeserializeOwned + Send> FromRequestParts<S> for OjsPath<T> {
+    type Rejection = ApiError;
+
+    async fn from_request_parts(parts: &mut Parts, state: &S) -> Result<Self, Self::Rejection> {
+        axum::extract::Path::<T>::from_request_parts(parts, state)
+            .await
+            .map(|p| OjsPath(p.0))
+            .map_err(|e| {
+                ApiError::from(CoreError::invalid(format!("invalid path: {e}")))
+                    .with_request_id(&request_id_of(&parts.extensions))
+            })
+    }
+}
+
+/// Query parameters.
+pub struct OjsQuery<T>(pub T);
+
+impl<S: Send + Sync, T: DeserializeOwned> FromRequestParts<S> for OjsQuery<T> {
+    type Rejection = ApiError;
+
+    async fn from_request_parts(parts: &mut Parts, state: &S) -> Result<Self, Self::Rejection> {
+        axum::extract::Query::<T>::from_request_parts(parts, state)
+            .await
+            .map(|q| OjsQuery(q.0))
+            .map_err(|e| {
+                ApiError::from(CoreError::invalid(format!("invalid query: {e}")))
+                    .with_request_id(&request_id_of(&parts.extensions))
+            })
+    }
+}

@@ -1,0 +1,78 @@
+//! The OJS JSON-over-HTTP adapter: the router and trait generated from `openapi/pgvs3.yaml`, the
+//! extractors that answer bad input in the OJS error envelope, and the conversions to the core.
+
+mod convert;
+mod error;
+mod extract;
+mod handlers;
+
+/// Code generated from `openapi/pgvs3.yaml` by build.rs.
+#[allow(missing_docs, clippy::all)]
+pub mod api {
+    include!(concat!(env!("OUT_DIR"), "/openapi.rs"));
+}
+
+use std::sync::Arc;
+
+use axum::response::{IntoResponse, Response};
+use http::{HeaderValue, StatusCode};
+use serde::Serialize;
+
+use crate::core::{CoreError, ErrorKind, Service};
+pub use error::ApiError;
+pub use extract::{OjsJson, OjsPath, OjsQuery, OptionalOjsJson, RequestContext};
+pub use handlers::HttpAdapter;
+
+/// The OJS media type of every JSON response.
+pub const OJS_MEDIA_TYPE: &str = "application/openjobspec+json";
+
+/// A JSON response with the OJS media type.
+pub fn ojs_json<T: Serialize>(status: StatusCode, body: &T) -> Response {
+    match serde_json::to_vec(body) {
+        Ok(bytes) => {
+            let mut response = (status, bytes).into_response();
+            response.headers_mut().insert(
+                http::header::CONTENT_TYPE,
+                HeaderValue::from_static(OJS_MEDIA_TYPE),
+            );
+            response
+        }
+        Err(e) => ApiError::from(CoreError::new(
+            ErrorKind::Backend,
+            format!("response could not be encoded: {e}"),
+        ))
+        .into_response(),
+    }
+}
+
+/// Turns an operation's result into a response, stamping errors with the request id.
+pub fn respond<R: IntoResponse>(ctx: &RequestContext, result: Result<R, ApiError>) -> Response {
+    match result {
+        Ok(r) => r.into_response(),
+        Err(e) => e.with_request_id(&ctx.request_id).into_response(),
+    }
+}
+
+/// The HTTP router of the service, with OJS answers for unknown routes and methods.
+pub fn router(service: Arc<Service>) -> axum::Router {
+    api::router(Arc::new(HttpAdapter::new(service)))
+        .fallback(unknown_route)
+        .method_not_allowed_fallback(method_not_allowed)
+}
+
+async fn unknown_route(ctx: RequestContext, uri: http::Uri) -> Response {
+    ApiError::from(CoreError::not_found("route", uri.path()))
+        .with_request_id(&ctx.request_id)
+        .into_response()
+}
+
+async fn method_not_allowed(ctx: RequestContext, method: http::Method, uri: http::Uri) -> Response {
+    let mut response = ApiError::from(CoreError::invalid(format!(
+        "method {method} is not allowed on {}",
+        uri.path()
+    )))
+    .with_request_id(&ctx.request_id)
+    .into_response();
+    *response.status_mut() = StatusCode::METHOD_NOT_ALLOWED;
+    response
+}

@@ -1,0 +1,127 @@
+//! The `pgvs3` command.
+
+use std::process::ExitCode;
+use std::time::Duration;
+
+use clap::Parser;
+use pgvs3::cluster::{ClusterOptions, PrivateCluster};
+use pgvs3::config::{Cli, Command, DatabaseArgs, ServeArgs};
+use pgvs3::core::ServiceSettings;
+use pgvs3::server::{self, ServerSettings};
+use pgvs3::store::Store;
+
+fn main() -> ExitCode {
+    let cli = Cli::parse();
+    let runtime = match tokio::runtime::Builder::new_multi_thread()
+        .enable_all()
+        .build()
+    {
+        Ok(runtime) => runtime,
+        Err(error) => {
+            eprintln!("pgvs3: cannot start the async runtime: {error}");
+            return ExitCode::FAILURE;
+        }
+    };
+    let result = runtime.block_on(async {
+        let _telemetry = pgvs3::telemetry::init(cli.log_format);
+        match cli.command {
+            Command::Serve(args) => serve(args).await,
+            Command::Migrate(args) => migrate(args).await,
+        }
+    });
+    match result {
+        Ok(()) => ExitCode::SUCCESS,
+        Err(message) => {
+            eprintln!("pgvs3: {message}");
+            ExitCode::FAILURE
+        }
+    }
+}
+
+/// The database URL to use, starting the private cluster when none is given.
+async fn database(args: &DatabaseArgs) -> Result<(String, Option<PrivateCluster>), String> {
+    if let Some(url) = &args.database_url {
+        return Ok((url.clone(), None));
+    }
+    let options = ClusterOptions {
+        data_dir: args.data_dir.clone(),
+        fsync: true,
+    };
+    let cluster = tokio::task::spawn_blocking(move || PrivateCluster::start(&options))
+        .await
+        .map_err(|e| format!("private cluster start panicked: {e}"))?
+        .map_err(|e| e.to_string())?;
+    Ok((cluster.database_url("postgres"), Some(cluster)))
+}
+
+async fn stop_cluster(cluster: Option<PrivateCluster>) {
+    if let Some(mut cluster) = cluster {
+        let _ = tokio::task::spawn_blocking(move || cluster.stop()).await;
+    }
+}
+
+async fn migrate(args: DatabaseArgs) -> Result<(), String> {
+    let (url, cluster) = database(&args).await?;
+    let result = async {
+        let store = Store::connect(&url, 2).await.map_err(|e| e.to_string())?;
+        store.migrate().await.map_err(|e| e.to_string())?;
+        store.close().await;
+        Ok(())
+    }
+    .await;
+    stop_cluster(cluster).await;
+    if result.is_ok() {
+        tracing::info!("migrations applied");
+    }
+    result
+}
+
+async fn shutdown_signal() {
+    let interrupt = tokio::signal::ctrl_c();
+    #[cfg(unix)]
+    {
+        match tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate()) {
+            Ok(mut terminate) => {
+                tokio::select! {
+                    _ = interrupt => {},
+                    _ = terminate.recv() => {},
+                }
+            }
+            Err(_) => {
+                let _ = interrupt.await;
+            }
+        }
+    }
+    #[cfg(not(unix))]
+    {
+        let _ = interrupt.await;
+    }
+}
+
+async fn serve(args: ServeArgs) -> Result<(), String> {
+    let (url, cluster) = database(&args.database).await?;
+    let settings = ServerSettings {
+        listen: args.listen.clone(),
+        grpc_listen: args.grpc_listen.clone(),
+        database_url: url,
+        db_pool_size: args.database.db_pool_size,
+        max_in_flight: args.max_in_flight,
+        max_body_bytes: args.max_body_bytes,
+        shutdown_timeout: Duration::from_secs(args.shutdown_timeout_secs),
+        service: ServiceSettings {
+            default_visibility_timeout_ms: args.visibility_timeout_ms,
+            require_lease_token: args.require_lease_token,
+            read_only: args.read_only,
+            ..ServiceSettings::default()
+        },
+    };
+    let result = match server::start(settings).await {
+        Ok(running) => {
+            running.run_until(shutdown_signal()).await;
+            Ok(())
+        }
+        Err(error) => Err(error.to_string()),
+    };
+    stop_cluster(cluster).await;
+    result
+}

@@ -1,0 +1,74 @@
+//! Admission control: a global in-flight limit shared by every route of both protocols. Requests
+//! beyond it are refused at once (429 + Retry-After, gRPC RESOURCE_EXHAUSTED), never queued.
+
+use std::pin::Pin;
+use std::sync::Arc;
+use std::task::{Context, Poll};
+
+use axum::body::Body;
+use axum::extract::{Request, State};
+use axum::middleware::Next;
+use axum::response::Response;
+use bytes::Bytes;
+use tokio::sync::OwnedSemaphorePermit;
+
+use super::{Operation, Protocol, RequestId, StackState, reject};
+use crate::core::{CoreError, ErrorKind};
+
+/// A response body that holds the admission permit until it has been sent.
+struct PermitBody {
+    inner: Body,
+    _permit: OwnedSemaphorePermit,
+}
+
+impl http_body::Body for PermitBody {
+    type Data = Bytes;
+    type Error = axum::Error;
+
+    fn poll_frame(
+        mut self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+    ) -> Poll<Option<Result<http_body::Frame<Bytes>, axum::Error>>> {
+        Pin::new(&mut self.inner).poll_frame(cx)
+    }
+
+    fn is_end_stream(&self) -> bool {
+        self.inner.is_end_stream()
+    }
+
+    fn size_hint(&self) -> http_body::SizeHint {
+        self.inner.size_hint()
+    }
+}
+
+/// Admits a request if a slot is free.
+pub async fn admit(State(state): State<Arc<StackState>>, request: Request, next: Next) -> Response {
+    let Ok(permit) = state.admission.clone().try_acquire_owned() else {
+        let protocol = request
+            .extensions()
+            .get::<Operation>()
+            .map_or(Protocol::Http, |op| op.protocol);
+        let id = request
+            .extensions()
+            .get::<RequestId>()
+            .map(|r| r.0.clone())
+            .unwrap_or_default();
+        return reject(
+            protocol,
+            CoreError::new(
+                ErrorKind::RateLimited,
+                "the server is at its in-flight request limit",
+            ),
+            &id,
+        );
+    };
+    let response = next.run(request).await;
+    let (parts, body) = response.into_parts();
+    Response::from_parts(
+        parts,
+        Body::new(PermitBody {
+            inner: body,
+            _permit: permit,
+        }),
+    )
+}

@@ -1,0 +1,89 @@
+//! The one tower middleware stack in front of both protocols: request ids, OJS headers, body
+//! limit, read-only gate, admission control and tracing. Each rejection answers in the protocol's
+//! own terms (HTTP status + OJS envelope, or gRPC status + ErrorInfo).
+
+mod admission;
+mod body_limit;
+mod headers;
+mod operation;
+mod read_only;
+mod request_id;
+
+use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, Ordering};
+
+use axum::response::{IntoResponse, Response};
+use tokio::sync::Semaphore;
+
+use crate::core::CoreError;
+pub use body_limit::BodyLimit;
+pub use operation::{Operation, Protocol, classify};
+pub use request_id::RequestId;
+
+/// Shared state of the stack: one semaphore and one flag for every route and both protocols.
+pub struct StackState {
+    /// Mutations are rejected while set.
+    pub read_only: AtomicBool,
+    /// Global in-flight limit.
+    pub admission: Arc<Semaphore>,
+    /// Largest request body accepted, bytes.
+    pub max_body_bytes: usize,
+}
+
+impl StackState {
+    /// A stack allowing `max_in_flight` requests at once and bodies up to `max_body_bytes`.
+    pub fn new(read_only: bool, max_in_flight: usize, max_body_bytes: usize) -> Arc<Self> {
+        Arc::new(StackState {
+            read_only: AtomicBool::new(read_only),
+            admission: Arc::new(Semaphore::new(max_in_flight)),
+            max_body_bytes,
+        })
+    }
+
+    /// Whether mutations are rejected.
+    pub fn is_read_only(&self) -> bool {
+        self.read_only.load(Ordering::Relaxed)
+    }
+}
+
+/// Wraps `router` (HTTP and gRPC routes alike) in the shared stack.
+pub fn apply(router: axum::Router, state: Arc<StackState>) -> axum::Router {
+    use axum::middleware::from_fn_with_state;
+    // The last layer added runs first.
+    router
+        .layer(from_fn_with_state(state.clone(), admission::admit))
+        .layer(from_fn_with_state(state.clone(), read_only::gate))
+        .layer(from_fn_with_state(state.clone(), body_limit::limit))
+        .layer(axum::middleware::from_fn(headers::ojs_headers))
+        .layer(axum::middleware::from_fn(operation::classify_request))
+        .layer(
+            tower_http::trace::TraceLayer::new_for_http().make_span_with(
+                |request: &http::Request<axum::body::Body>| {
+                    let request_id = request
+                        .extensions()
+                        .get::<RequestId>()
+                        .map(|r| r.0.as_str())
+                        .unwrap_or("");
+                    tracing::info_span!(
+                        "request",
+                        method = %request.method(),
+                        path = %request.uri().path(),
+                        request_id,
+                    )
+                },
+            ),
+        )
+        .layer(axum::middleware::from_fn(request_id::request_id))
+}
+
+/// A rejection in the terms of the request's protocol.
+pub fn reject(protocol: Protocol, error: CoreError, request_id: &str) -> Response {
+    match protocol {
+        Protocol::Http => crate::http::ApiError::from(error)
+            .with_request_id(request_id)
+            .into_response(),
+        Protocol::Grpc => crate::grpc::status_of(&error, request_id)
+            .into_http::<axum::body::Body>()
+            .into_response(),
+    }
+}

@@ -1,0 +1,96 @@
+//! Which operation a request is, from the generated HTTP and gRPC operation tables.
+
+use axum::extract::Request;
+use axum::middleware::Next;
+use axum::response::Response;
+
+use crate::grpc::GRPC_OPERATIONS;
+use crate::http::api::HTTP_OPERATIONS;
+
+/// The wire protocol of a request.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Protocol {
+    /// OJS JSON over HTTP.
+    Http,
+    /// gRPC.
+    Grpc,
+}
+
+/// A classified request.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Operation {
+    /// The protocol.
+    pub protocol: Protocol,
+    /// operationId or gRPC method path; `None` for routes in neither table.
+    pub id: Option<&'static str>,
+    /// Whether a read-only gateway serves it.
+    pub read_only: bool,
+}
+
+fn path_matches(template: &str, path: &str) -> bool {
+    let mut t = template.split('/');
+    let mut p = path.split('/');
+    loop {
+        match (t.next(), p.next()) {
+            (None, None) => return true,
+            (Some(ts), Some(ps)) if ts.starts_with('{') || ts == ps => {}
+            _ => return false,
+        }
+    }
+}
+
+/// Classifies a request by protocol, method and path.
+pub fn classify(method: &http::Method, path: &str, grpc: bool) -> Operation {
+    if grpc {
+        let found = GRPC_OPERATIONS.iter().find(|op| op.path == path);
+        return Operation {
+            protocol: Protocol::Grpc,
+            id: found.map(|op| op.path),
+            read_only: found.is_some_and(|op| op.read_only),
+        };
+    }
+    let found = HTTP_OPERATIONS
+        .iter()
+        .find(|op| op.method == method.as_str() && path_matches(op.path, path));
+    Operation {
+        protocol: Protocol::Http,
+        id: found.map(|op| op.id),
+        // Unknown routes only ever answer 404/405, so they may pass the gate.
+        read_only: found.is_none_or(|op| op.read_only),
+    }
+}
+
+/// Whether a request is gRPC, by its content type.
+pub fn is_grpc(request: &Request) -> bool {
+    request
+        .headers()
+        .get(http::header::CONTENT_TYPE)
+        .and_then(|v| v.to_str().ok())
+        .is_some_and(|ct| ct.starts_with("application/grpc"))
+}
+
+/// Stores the request's `Operation` for the layers after it.
+pub async fn classify_request(mut request: Request, next: Next) -> Response {
+    let op = classify(request.method(), request.uri().path(), is_grpc(&request));
+    request.extensions_mut().insert(op);
+    next.run(request).await
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn classifies_from_the_generated_tables() {
+        let get = classify(&http::Method::GET, "/ojs/v1/jobs/abc", false);
+        assert_eq!((get.id, get.read_only), (Some("getJob"), true));
+        let cancel = classify(&http::Method::DELETE, "/ojs/v1/jobs/abc", false);
+        assert_eq!((cancel.id, cancel.read_only), (Some("cancelJob"), false));
+        let fetch = classify(&http::Method::POST, "/ojs/v1/workers/fetch", false);
+        assert!(!fetch.read_only);
+        let grpc_get = classify(&http::Method::POST, "/ojs.v1.OJSService/GetJob", true);
+        assert!(grpc_get.read_only);
+        let grpc_fetch = classify(&http::Method::POST, "/ojs.v1.OJSService/Fetch", true);
+        assert!(!grpc_fetch.read_only && grpc_fetch.id.is_some());
+    }
+}

@@ -1,0 +1,189 @@
+//! Starting and stopping the server: migrations, the service, both protocols on one port (plus an
+//! optional gRPC-only port), the middleware stack and graceful shutdown.
+
+use std::net::SocketAddr;
+use std::sync::Arc;
+use std::time::Duration;
+
+use tokio::net::TcpListener;
+use tokio::sync::watch;
+use tokio::task::JoinSet;
+
+use crate::core::{CoreError, Service, ServiceSettings};
+use crate::middleware::{self, StackState};
+use crate::store::Store;
+
+/// Everything `start` needs.
+#[derive(Debug, Clone)]
+pub struct ServerSettings {
+    /// Address for HTTP and gRPC together (`127.0.0.1:0` for an ephemeral port).
+    pub listen: String,
+    /// Optional gRPC-only address.
+    pub grpc_listen: Option<String>,
+    /// PostgreSQL URL.
+    pub database_url: String,
+    /// Pool size.
+    pub db_pool_size: u32,
+    /// Global in-flight limit.
+    pub max_in_flight: usize,
+    /// Body and message size limit.
+    pub max_body_bytes: usize,
+    /// Bound on graceful shutdown.
+    pub shutdown_timeout: Duration,
+    /// Job operation settings (read-only included).
+    pub service: ServiceSettings,
+}
+
+impl ServerSettings {
+    /// Defaults for a database URL, listening on an ephemeral local port.
+    pub fn for_database(database_url: &str) -> Self {
+        ServerSettings {
+            listen: "127.0.0.1:0".to_string(),
+            grpc_listen: None,
+            database_url: database_url.to_string(),
+            db_pool_size: 16,
+            max_in_flight: 1024,
+            max_body_bytes: 1_048_576,
+            shutdown_timeout: Duration::from_secs(10),
+            service: ServiceSettings::default(),
+        }
+    }
+}
+
+/// Why the server could not start.
+#[derive(Debug, thiserror::Error)]
+pub enum StartError {
+    /// The database refused or failed.
+    #[error("database: {0}")]
+    Database(#[from] CoreError),
+    /// A listen address could not be bound.
+    #[error("cannot listen on {address}: {source}")]
+    Listen {
+        /// The address.
+        address: String,
+        /// The cause.
+        source: std::io::Error,
+    },
+}
+
+/// A running server.
+pub struct RunningServer {
+    /// Where HTTP and gRPC are served.
+    pub addr: SocketAddr,
+    /// Where gRPC alone is served, if configured.
+    pub grpc_addr: Option<SocketAddr>,
+    shutdown: watch::Sender<bool>,
+    tasks: JoinSet<std::io::Result<()>>,
+    store: Store,
+    shutdown_timeout: Duration,
+}
+
+async fn bind(address: &str) -> Result<TcpListener, StartError> {
+    TcpListener::bind(address)
+        .await
+        .map_err(|source| StartError::Listen {
+            address: address.to_string(),
+            source,
+        })
+}
+
+/// Connects, migrates and starts serving.
+pub async fn start(settings: ServerSettings) -> Result<RunningServer, StartError> {
+    let store = Store::connect(&settings.database_url, settings.db_pool_size).await?;
+    store.migrate().await?;
+    let service = Arc::new(Service::new(store.clone(), settings.service.clone()));
+    let stack = StackState::new(
+        settings.service.read_only,
+        settings.max_in_flight,
+        settings.max_body_bytes,
+    );
+    let grpc = crate::grpc::router(service.clone(), settings.max_body_bytes);
+    let app = middleware::apply(
+        crate::http::router(service.clone()).merge(grpc.clone()),
+        stack.clone(),
+    );
+
+    let (shutdown, _) = watch::channel(false);
+    let mut tasks = JoinSet::new();
+    let listener = bind(&settings.listen).await?;
+    let addr = listener.local_addr().map_err(|source| StartError::Listen {
+        address: settings.listen.clone(),
+        source,
+    })?;
+    let mut stop = shutdown.subscribe();
+    tasks.spawn(async move {
+        axum::serve(listener, app)
+            .with_graceful_shutdown(async move {
+                let _ = stop.wait_for(|s| *s).await;
+            })
+            .await
+    });
+
+    let mut grpc_addr = None;
+    if let Some(address) = &settings.grpc_listen {
+        let listener = bind(address).await?;
+        grpc_addr = listener.local_addr().ok();
+        let grpc_app = middleware::apply(grpc, stack);
+        let mut stop = shutdown.subscribe();
+        tasks.spawn(async move {
+            axum::serve(listener, grpc_app)
+                .with_graceful_shutdown(async move {
+                    let _ = stop.wait_for(|s| *s).await;
+                })
+                .await
+        });
+    }
+    tracing::info!(%addr, ?grpc_addr, read_only = settings.service.read_only, "pgvs3 serving HTTP and gRPC");
+    Ok(RunningServer {
+        addr,
+        grpc_addr,
+        shutdown,
+        tasks,
+        store,
+        shutdown_timeout: settings.shutdown_timeout,
+    })
+}
+
+impl RunningServer {
+    /// Asks the listeners to stop accepting (in-flight requests finish).
+    pub fn begin_shutdown(&self) {
+        let _ = self.shutdown.send(true);
+    }
+
+    /// Stops accepting, waits for in-flight work up to the bound, then closes the pool.
+    pub async fn shutdown(mut self) {
+        self.begin_shutdown();
+        let drained = tokio::time::timeout(self.shutdown_timeout, async {
+            while let Some(result) = self.tasks.join_next().await {
+                if let Ok(Err(error)) = result {
+                    tracing::warn!(%error, "listener ended with an error");
+                }
+            }
+        })
+        .await;
+        if drained.is_err() {
+            tracing::warn!(
+                "in-flight requests did not finish within the shutdown bound; aborting them"
+            );
+            self.tasks.abort_all();
+        }
+        self.store.close().await;
+    }
+
+    /// Serves until a listener fails or `signal` resolves, then shuts down gracefully.
+    pub async fn run_until(mut self, signal: impl std::future::Future<Output = ()>) {
+        tokio::select! {
+            _ = signal => tracing::info!("shutting down"),
+            Some(result) = self.tasks.join_next() => {
+                tracing::error!(?result, "a listener stopped unexpectedly; shutting down");
+            }
+        }
+        self.shutdown().await;
+    }
+}
+
+impl Drop for RunningServer {
+    fn drop(&mut self) {
+        let _ = self.shutdown.send(true);
+    }
+}

@@ -1,0 +1,73 @@
+//! Versioned, idempotent migrations of the `s3p` catalog, and the per-queue schema template.
+
+use sqlx::PgPool;
+
+use super::map_db_error;
+use crate::core::CoreError;
+
+/// Catalog migrations in order: (version, name, SQL).
+const MIGRATIONS: &[(i32, &str, &str)] = &[
+    (1, "catalog", include_str!("../../sql/001_catalog.sql")),
+    (2, "jobs", include_str!("../../sql/002_jobs.sql")),
+];
+
+/// The queue schema template and its version; bump the version whenever the template changes.
+const QUEUE_TEMPLATE_VERSION: i32 = 1;
+const QUEUE_TEMPLATE: &str = include_str!("../../sql/queue_template.sql");
+
+/// Applies pending migrations under an advisory lock, installs the queue template and upgrades
+/// every existing queue schema to it.
+pub async fn run(pool: &PgPool) -> Result<(), CoreError> {
+    let mut tx = pool.begin().await.map_err(map_db_error)?;
+    // One migrator at a time when several gateways start together.
+    sqlx::query("SELECT pg_advisory_xact_lock(hashtext('s3p.migrate'))")
+        .execute(&mut *tx)
+        .await
+        .map_err(map_db_error)?;
+    sqlx::raw_sql(
+        "CREATE SCHEMA IF NOT EXISTS s3p;
+         CREATE TABLE IF NOT EXISTS s3p.migrations (
+             version int PRIMARY KEY, name text NOT NULL, applied_at timestamptz NOT NULL DEFAULT now())",
+    )
+    .execute(&mut *tx)
+    .await
+    .map_err(map_db_error)?;
+    let applied: Vec<i32> = sqlx::query_scalar("SELECT version FROM s3p.migrations")
+        .fetch_all(&mut *tx)
+        .await
+        .map_err(map_db_error)?;
+    for (version, name, sql) in MIGRATIONS {
+        if applied.contains(version) {
+            continue;
+        }
+        tracing::info!(version, name, "applying migration");
+        sqlx::raw_sql(*sql)
+            .execute(&mut *tx)
+            .await
+            .map_err(map_db_error)?;
+        sqlx::query("INSERT INTO s3p.migrations (version, name) VALUES ($1, $2)")
+            .bind(version)
+            .bind(name)
+            .execute(&mut *tx)
+            .await
+            .map_err(map_db_error)?;
+    }
+    sqlx::query(
+        "INSERT INTO s3p.queue_templates (version, body) VALUES ($1, $2)
+         ON CONFLICT (version) DO UPDATE SET body = excluded.body",
+    )
+    .bind(QUEUE_TEMPLATE_VERSION)
+    .bind(QUEUE_TEMPLATE)
+    .execute(&mut *tx)
+    .await
+    .map_err(map_db_error)?;
+    let upgraded: i32 = sqlx::query_scalar("SELECT s3p.upgrade_queue_schemas()")
+        .fetch_one(&mut *tx)
+        .await
+        .map_err(map_db_error)?;
+    if upgraded > 0 {
+        tracing::info!(upgraded, "upgraded queue schemas");
+    }
+    tx.commit().await.map_err(map_db_error)?;
+    Ok(())
+}

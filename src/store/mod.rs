@@ -1,0 +1,342 @@
+//! sqlx → PL/pgSQL: every operation is one call of an `s3p` function; SQLSTATEs become core errors.
+
+pub mod migrate;
+pub mod signals;
+
+use std::time::Duration;
+
+use chrono::{DateTime, Utc};
+use serde_json::{Map, Value};
+use sqlx::postgres::{PgConnectOptions, PgPool, PgPoolOptions};
+use uuid::Uuid;
+
+use crate::core::job::RetryPolicy;
+use crate::core::{CoreError, ErrorKind, Job, JobState, QueueSummary};
+pub use signals::{JobSignals, JobWakeups};
+
+/// The database handle of the service.
+#[derive(Clone)]
+pub struct Store {
+    pool: PgPool,
+    signals: JobSignals,
+}
+
+/// One row of `s3p.job`.
+#[derive(sqlx::FromRow)]
+struct JobRow {
+    id: Uuid,
+    queue: String,
+    #[sqlx(rename = "type")]
+    job_type: String,
+    args: Option<Value>,
+    meta: Option<Value>,
+    extra: Option<Value>,
+    state: String,
+    previous_state: Option<String>,
+    priority: Option<i32>,
+    attempt: Option<i32>,
+    max_attempts: Option<i32>,
+    timeout_ms: Option<i64>,
+    visibility_timeout_ms: Option<i64>,
+    retry: Option<Value>,
+    uniq: Option<Value>,
+    tags: Option<Value>,
+    created_at: Option<DateTime<Utc>>,
+    enqueued_at: Option<DateTime<Utc>>,
+    scheduled_at: Option<DateTime<Utc>>,
+    expires_at: Option<DateTime<Utc>>,
+    started_at: Option<DateTime<Utc>>,
+    completed_at: Option<DateTime<Utc>>,
+    cancelled_at: Option<DateTime<Utc>>,
+    run_at: Option<DateTime<Utc>>,
+    lease_token: Option<Uuid>,
+    lease_expires_at: Option<DateTime<Utc>>,
+    worker_id: Option<String>,
+    result: Option<Value>,
+    error: Option<Value>,
+    errors: Option<Value>,
+    retry_delay_ms: Option<i64>,
+}
+
+fn object(value: Option<Value>) -> Option<Map<String, Value>> {
+    match value {
+        Some(Value::Object(map)) => Some(map),
+        _ => None,
+    }
+}
+
+fn array(value: Option<Value>) -> Vec<Value> {
+    match value {
+        Some(Value::Array(items)) => items,
+        _ => Vec::new(),
+    }
+}
+
+impl TryFrom<JobRow> for Job {
+    type Error = CoreError;
+
+    fn try_from(row: JobRow) -> Result<Job, CoreError> {
+        let state = JobState::parse(&row.state).ok_or_else(|| {
+            CoreError::new(
+                ErrorKind::Backend,
+                format!("stored job has unknown state {}", row.state),
+            )
+        })?;
+        Ok(Job {
+            id: row.id,
+            queue: row.queue,
+            job_type: row.job_type,
+            args: array(row.args),
+            meta: object(row.meta),
+            extra: object(row.extra).unwrap_or_default(),
+            state,
+            previous_state: row.previous_state.as_deref().and_then(JobState::parse),
+            priority: row.priority.unwrap_or(0),
+            attempt: row.attempt.unwrap_or(0),
+            max_attempts: row.max_attempts.unwrap_or(1),
+            timeout_ms: row.timeout_ms,
+            visibility_timeout_ms: row.visibility_timeout_ms,
+            retry: row
+                .retry
+                .and_then(|r| serde_json::from_value::<RetryPolicy>(r).ok())
+                .unwrap_or_default(),
+            unique: row.uniq,
+            tags: array(row.tags)
+                .into_iter()
+                .filter_map(|t| t.as_str().map(str::to_string))
+                .collect(),
+            created_at: row.created_at.unwrap_or_else(Utc::now),
+            enqueued_at: row.enqueued_at,
+            scheduled_at: row.scheduled_at,
+            expires_at: row.expires_at,
+            started_at: row.started_at,
+            completed_at: row.completed_at,
+            cancelled_at: row.cancelled_at,
+            lease_token: row.lease_token,
+            lease_expires_at: row.lease_expires_at,
+            worker_id: row.worker_id,
+            result: row.result,
+            error: row.error,
+            errors: array(row.errors),
+            retry_delay_ms: row.retry_delay_ms,
+            run_at: row.run_at,
+        })
+    }
+}
+
+/// Maps a database error to a core error: our SQLSTATEs to their codes, the rest to backend errors.
+pub fn map_db_error(error: sqlx::Error) -> CoreError {
+    match &error {
+        sqlx::Error::Database(db) => {
+            let kind = match db.code().as_deref() {
+                Some("PV400") => ErrorKind::InvalidRequest,
+                Some("PV404") => ErrorKind::NotFound,
+                Some("PV409") => ErrorKind::Conflict,
+                Some("PV410") => ErrorKind::StaleLease,
+                Some("PV411") => ErrorKind::Duplicate,
+                Some("PV422") => ErrorKind::ValidationError,
+                // read_only_sql_transaction: the database is a standby.
+                Some("25006") => ErrorKind::ReadOnly,
+                _ => {
+                    tracing::error!(error = %db, "database error");
+                    return CoreError::new(
+                        ErrorKind::Backend,
+                        "the database failed to run the operation",
+                    );
+                }
+            };
+            CoreError::new(kind, db.message().to_string())
+        }
+        sqlx::Error::PoolTimedOut | sqlx::Error::Io(_) | sqlx::Error::PoolClosed => CoreError::new(
+            ErrorKind::Unavailable,
+            format!("the database is unavailable: {error}"),
+        ),
+        _ => {
+            tracing::error!(%error, "database error");
+            CoreError::new(
+                ErrorKind::Backend,
+                "the database failed to run the operation",
+            )
+        }
+    }
+}
+
+fn jobs(rows: Vec<JobRow>) -> Result<Vec<Job>, CoreError> {
+    rows.into_iter().map(Job::try_from).collect()
+}
+
+fn one(rows: Vec<JobRow>, id: Uuid) -> Result<Job, CoreError> {
+    rows.into_iter()
+        .next()
+        .map(Job::try_from)
+        .unwrap_or_else(|| Err(CoreError::not_found("job", &id.to_string())))
+}
+
+impl Store {
+    /// Connects a pool of `max_connections` and starts the job-signal listener.
+    pub async fn connect(url: &str, max_connections: u32) -> Result<Store, CoreError> {
+        let options: PgConnectOptions = url
+            .parse()
+            .map_err(|e| CoreError::invalid(format!("DATABASE_URL is not a valid URL: {e}")))?;
+        let pool = PgPoolOptions::new()
+            .max_connections(max_connections)
+            .acquire_timeout(Duration::from_secs(10))
+            .connect_with(options)
+            .await
+            .map_err(map_db_error)?;
+        let signals = JobSignals::start(&pool).await?;
+        Ok(Store { pool, signals })
+    }
+
+    /// The connection pool.
+    pub fn pool(&self) -> &PgPool {
+        &self.pool
+    }
+
+    /// Wake-ups for long polls, fed by LISTEN/NOTIFY.
+    pub fn job_signals(&self) -> &JobSignals {
+        &self.signals
+    }
+
+    /// Applies migrations and upgrades every queue schema.
+    pub async fn migrate(&self) -> Result<(), CoreError> {
+        migrate::run(&self.pool).await
+    }
+
+    /// Closes the pool, waiting for connections in use.
+    pub async fn close(&self) {
+        self.signals.stop();
+        self.pool.close().await;
+    }
+
+    /// A trivial round trip.
+    pub async fn ping(&self) -> Result<(), CoreError> {
+        sqlx::query("SELECT 1")
+            .execute(&self.pool)
+            .await
+            .map(|_| ())
+            .map_err(map_db_error)
+    }
+
+    /// `s3p.enqueue`.
+    pub async fn enqueue(&self, row: &Value) -> Result<Job, CoreError> {
+        let rows: Vec<JobRow> = sqlx::query_as("SELECT * FROM s3p.enqueue($1)")
+            .bind(row)
+            .fetch_all(&self.pool)
+            .await
+            .map_err(map_db_error)?;
+        let id = row.get("id").and_then(Value::as_str).unwrap_or_default();
+        rows.into_iter()
+            .next()
+            .map(Job::try_from)
+            .unwrap_or_else(|| {
+                Err(CoreError::new(
+                    ErrorKind::Backend,
+                    format!("enqueue of {id} returned no job"),
+                ))
+            })
+    }
+
+    /// `s3p.get_job`.
+    pub async fn get_job(&self, id: Uuid) -> Result<Job, CoreError> {
+        let rows = sqlx::query_as("SELECT * FROM s3p.get_job($1)")
+            .bind(id)
+            .fetch_all(&self.pool)
+            .await
+            .map_err(map_db_error)?;
+        one(rows, id)
+    }
+
+    /// `s3p.fetch`.
+    pub async fn fetch(
+        &self,
+        queues: &[String],
+        count: i32,
+        worker: Option<&str>,
+        visibility_ms: Option<i64>,
+        default_visibility_ms: i64,
+    ) -> Result<Vec<Job>, CoreError> {
+        let rows = sqlx::query_as("SELECT * FROM s3p.fetch($1, $2, $3, $4, $5)")
+            .bind(queues)
+            .bind(count)
+            .bind(worker)
+            .bind(visibility_ms)
+            .bind(default_visibility_ms)
+            .fetch_all(&self.pool)
+            .await
+            .map_err(map_db_error)?;
+        jobs(rows)
+    }
+
+    /// Whether any of the queues exists.
+    pub async fn any_queue_exists(&self, queues: &[String]) -> Result<bool, CoreError> {
+        sqlx::query_scalar("SELECT EXISTS (SELECT 1 FROM s3p.queues WHERE name = ANY($1))")
+            .bind(queues)
+            .fetch_one(&self.pool)
+            .await
+            .map_err(map_db_error)
+    }
+
+    /// `s3p.ack`.
+    pub async fn ack(
+        &self,
+        id: Uuid,
+        token: Option<Uuid>,
+        result: Option<&Value>,
+    ) -> Result<Job, CoreError> {
+        let rows = sqlx::query_as("SELECT * FROM s3p.ack($1, $2, $3)")
+            .bind(id)
+            .bind(token)
+            .bind(result)
+            .fetch_all(&self.pool)
+            .await
+            .map_err(map_db_error)?;
+        one(rows, id)
+    }
+
+    /// `s3p.nack`.
+    pub async fn nack(
+        &self,
+        id: Uuid,
+        token: Option<Uuid>,
+        failure: &Value,
+        requeue: bool,
+    ) -> Result<Job, CoreError> {
+        let rows = sqlx::query_as("SELECT * FROM s3p.nack($1, $2, $3, $4)")
+            .bind(id)
+            .bind(token)
+            .bind(failure)
+            .bind(requeue)
+            .fetch_all(&self.pool)
+            .await
+            .map_err(map_db_error)?;
+        one(rows, id)
+    }
+
+    /// `s3p.cancel`.
+    pub async fn cancel(&self, id: Uuid) -> Result<Job, CoreError> {
+        let rows = sqlx::query_as("SELECT * FROM s3p.cancel($1)")
+            .bind(id)
+            .fetch_all(&self.pool)
+            .await
+            .map_err(map_db_error)?;
+        one(rows, id)
+    }
+
+    /// `s3p.list_queues`.
+    pub async fn list_queues(&self) -> Result<Vec<QueueSummary>, CoreError> {
+        let rows: Vec<(String, bool, DateTime<Utc>)> =
+            sqlx::query_as("SELECT name, paused, created_at FROM s3p.list_queues()")
+                .fetch_all(&self.pool)
+                .await
+                .map_err(map_db_error)?;
+        Ok(rows
+            .into_iter()
+            .map(|(name, paused, created_at)| QueueSummary {
+                name,
+                paused,
+                created_at,
+            })
+            .collect())
+    }
+}
