@@ -1,0 +1,436 @@
+//! The job lifecycle over both protocols: each scenario runs through HTTP and through gRPC on a
+//! real server and database, and the observable results must be the same.
+
+mod common;
+
+use std::time::Duration;
+
+use pgvs3::grpc::proto::ojs::v1 as pb;
+use serde_json::{Value, json};
+
+/// What a scenario sees of a job.
+#[derive(Debug, Clone, PartialEq)]
+struct Seen {
+    state: String,
+    attempt: i64,
+}
+
+/// A fetched job.
+#[derive(Debug, Clone)]
+struct Claim {
+    id: String,
+    token: String,
+    attempt: i64,
+}
+
+/// One protocol's view of the worker protocol; errors are the OJS code.
+enum Client {
+    Http(reqwest::Client, String),
+    Grpc(pb::ojs_service_client::OjsServiceClient<tonic::transport::Channel>),
+}
+
+fn grpc_code(status: tonic::Status) -> String {
+    use tonic_types::StatusExt;
+    status
+        .get_details_error_info()
+        .map(|info| info.reason)
+        .unwrap_or_else(|| format!("grpc:{:?}", status.code()))
+}
+
+fn grpc_state(state: i32) -> String {
+    pb::JobState::try_from(state)
+        .map(|s| s.as_str_name().trim_start_matches("JOB_STATE_").to_lowercase())
+        .unwrap_or_default()
+}
+
+impl Client {
+    async fn post(&self, path: &str, body: Value) -> Result<Value, String> {
+        let Client::Http(http, base) = self else { unreachable!() };
+        let response = http
+            .post(format!("{base}{path}"))
+            .header("content-type", "application/openjobspec+json")
+            .body(body.to_string())
+            .send()
+            .await
+            .map_err(|e| e.to_string())?;
+        let status = response.status();
+        let body: Value = response.json().await.map_err(|e| e.to_string())?;
+        if status.is_success() {
+            Ok(body)
+        } else {
+            Err(body["error"]["code"].as_str().unwrap_or("?").to_string())
+        }
+    }
+
+    async fn enqueue(&mut self, queue: &str, max_attempts: i64) -> String {
+        match self {
+            Client::Http(..) => {
+                let body = json!({"type": "test.job", "args": [1, "two"],
+                    "options": {"queue": queue, "retry": {"max_attempts": max_attempts, "initial_interval": "PT0.1S", "jitter": false}}});
+                self.post("/ojs/v1/jobs", body).await.expect("enqueue")["job"]["id"]
+                    .as_str()
+                    .expect("id")
+                    .to_string()
+            }
+            Client::Grpc(grpc) => {
+                let request = pb::EnqueueRequest {
+                    r#type: "test.job".into(),
+                    args: vec![
+                        prost_types::Value { kind: Some(prost_types::value::Kind::NumberValue(1.0)) },
+                        prost_types::Value { kind: Some(prost_types::value::Kind::StringValue("two".into())) },
+                    ],
+                    options: Some(pb::EnqueueOptions {
+                        queue: queue.into(),
+                        retry: Some(pb::RetryPolicy {
+                            max_attempts: max_attempts as i32,
+                            initial_interval: Some(prost_types::Duration { seconds: 0, nanos: 100_000_000 }),
+                            jitter: false,
+                            ..Default::default()
+                        }),
+                        ..Default::default()
+                    }),
+                    ..Default::default()
+                };
+                grpc.enqueue(request).await.expect("enqueue").into_inner().job.expect("job").id
+            }
+        }
+    }
+
+    async fn fetch(&mut self, queue: &str, visibility_ms: i64) -> Vec<Claim> {
+        match self {
+            Client::Http(..) => {
+                let body = json!({"queues": [queue], "count": 10, "visibility_timeout_ms": visibility_ms});
+                let answer = self.post("/ojs/v1/workers/fetch", body).await.expect("fetch");
+                answer["jobs"]
+                    .as_array()
+                    .expect("jobs")
+                    .iter()
+                    .map(|j| Claim {
+                        id: j["id"].as_str().unwrap_or_default().into(),
+                        token: j["lease_token"].as_str().unwrap_or_default().into(),
+                        attempt: j["attempt"].as_i64().unwrap_or(-1),
+                    })
+                    .collect()
+            }
+            Client::Grpc(grpc) => grpc
+                .fetch(pb::FetchRequest {
+                    queues: vec![queue.into()],
+                    count: 10,
+                    visibility_timeout_ms: visibility_ms,
+                    ..Default::default()
+                })
+                .await
+                .expect("fetch")
+                .into_inner()
+                .jobs
+                .into_iter()
+                .map(|j| Claim { id: j.id, token: j.lease_token, attempt: i64::from(j.attempt) })
+                .collect(),
+        }
+    }
+
+    async fn ack(&mut self, claim: &Claim) -> Result<String, String> {
+        match self {
+            Client::Http(..) => {
+                let body = json!({"job_id": claim.id, "lease_token": claim.token, "result": {"done": true}});
+                self.post("/ojs/v1/workers/ack", body)
+                    .await
+                    .map(|a| a["state"].as_str().unwrap_or_default().to_string())
+            }
+            Client::Grpc(grpc) => grpc
+                .ack(pb::AckRequest {
+                    job_id: claim.id.clone(),
+                    lease_token: claim.token.clone(),
+                    result: Some(prost_types::Struct {
+                        fields: [("done".to_string(), prost_types::Value { kind: Some(prost_types::value::Kind::BoolValue(true)) })]
+                            .into_iter()
+                            .collect(),
+                    }),
+                    ..Default::default()
+                })
+                .await
+                .map(|a| grpc_state(a.into_inner().job.map_or(0, |j| j.state)))
+                .map_err(grpc_code),
+        }
+    }
+
+    async fn nack(&mut self, claim: &Claim) -> Result<String, String> {
+        match self {
+            Client::Http(..) => {
+                let body = json!({"job_id": claim.id, "lease_token": claim.token,
+                    "error": {"code": "handler_error", "message": "boom"}});
+                self.post("/ojs/v1/workers/nack", body)
+                    .await
+                    .map(|a| a["state"].as_str().unwrap_or_default().to_string())
+            }
+            Client::Grpc(grpc) => grpc
+                .nack(pb::NackRequest {
+                    job_id: claim.id.clone(),
+                    lease_token: claim.token.clone(),
+                    error: Some(pb::JobError { code: "handler_error".into(), message: "boom".into(), ..Default::default() }),
+                    ..Default::default()
+                })
+                .await
+                .map(|a| grpc_state(a.into_inner().state))
+                .map_err(grpc_code),
+        }
+    }
+
+    async fn cancel(&mut self, id: &str) -> Result<String, String> {
+        match self {
+            Client::Http(http, base) => {
+                let response = http.delete(format!("{base}/ojs/v1/jobs/{id}")).send().await.map_err(|e| e.to_string())?;
+                let ok = response.status().is_success();
+                let body: Value = response.json().await.map_err(|e| e.to_string())?;
+                if ok {
+                    Ok(body["job"]["state"].as_str().unwrap_or_default().to_string())
+                } else {
+                    Err(body["error"]["code"].as_str().unwrap_or("?").to_string())
+                }
+            }
+            Client::Grpc(grpc) => grpc
+                .cancel_job(pb::CancelJobRequest { job_id: id.into(), reason: String::new() })
+                .await
+                .map(|r| grpc_state(r.into_inner().job.map_or(0, |j| j.state)))
+                .map_err(grpc_code),
+        }
+    }
+
+    async fn get(&mut self, id: &str) -> Seen {
+        match self {
+            Client::Http(http, base) => {
+                let body: Value = http
+                    .get(format!("{base}/ojs/v1/jobs/{id}"))
+                    .send()
+                    .await
+                    .expect("get")
+                    .json()
+                    .await
+                    .expect("json");
+                Seen {
+                    state: body["job"]["state"].as_str().unwrap_or_default().to_string(),
+                    attempt: body["job"]["attempt"].as_i64().unwrap_or(-1),
+                }
+            }
+            Client::Grpc(grpc) => {
+                let job = grpc
+                    .get_job(pb::GetJobRequest { job_id: id.into() })
+                    .await
+                    .expect("get")
+                    .into_inner()
+                    .job
+                    .expect("job");
+                Seen { state: grpc_state(job.state), attempt: i64::from(job.attempt) }
+            }
+        }
+    }
+}
+
+/// The lifecycle scenarios; each returns the trace of what it observed.
+async fn run_scenarios(client: &mut Client) -> Vec<(String, Vec<String>)> {
+    let mut traces = Vec::new();
+
+    // Success: enqueue → fetch → ack → completed.
+    let id = client.enqueue("life-ok", 3).await;
+    let mut trace = vec![format!("{:?}", client.get(&id).await)];
+    let claims = client.fetch("life-ok", 30_000).await;
+    assert_eq!(claims.len(), 1);
+    assert_eq!(claims[0].id, id);
+    assert!(!claims[0].token.is_empty(), "a claim carries a lease token");
+    trace.push(format!("claimed attempt {}", claims[0].attempt));
+    trace.push(format!("{:?}", client.get(&id).await));
+    trace.push(format!("ack {:?}", client.ack(&claims[0]).await));
+    trace.push(format!("{:?}", client.get(&id).await));
+    trace.push(format!("ack again {:?}", client.ack(&claims[0]).await));
+    traces.push(("success".to_string(), trace));
+
+    // Retry then success: nack → retryable → due after the backoff → fetched again → ack.
+    let id = client.enqueue("life-retry", 3).await;
+    let claim = client.fetch("life-retry", 30_000).await.remove(0);
+    let mut trace = vec![format!("nack {:?}", client.nack(&claim).await)];
+    trace.push(format!("immediately refetched {}", client.fetch("life-retry", 30_000).await.len()));
+    tokio::time::sleep(Duration::from_millis(250)).await;
+    let again = client.fetch("life-retry", 30_000).await;
+    trace.push(format!("refetched {} attempt {}", again.len(), again[0].attempt));
+    trace.push(format!("ack {:?}", client.ack(&again[0]).await));
+    trace.push(format!("{:?}", client.get(&id).await));
+    traces.push(("retry then success".to_string(), trace));
+
+    // Exhaustion: max_attempts 1 → nack → discarded, terminal.
+    let id = client.enqueue("life-exhaust", 1).await;
+    let claim = client.fetch("life-exhaust", 30_000).await.remove(0);
+    let mut trace = vec![format!("nack {:?}", client.nack(&claim).await)];
+    trace.push(format!("{:?}", client.get(&id).await));
+    trace.push(format!("cancel {:?}", client.cancel(&id).await));
+    traces.push(("exhaustion".to_string(), trace));
+
+    // Cancel: available → cancelled, never delivered.
+    let id = client.enqueue("life-cancel", 3).await;
+    let mut trace = vec![format!("cancel {:?}", client.cancel(&id).await)];
+    trace.push(format!("fetched {}", client.fetch("life-cancel", 30_000).await.len()));
+    trace.push(format!("{:?}", client.get(&id).await));
+    traces.push(("cancel".to_string(), trace));
+
+    // Lease expiry and reclaim; the old token is stale afterwards.
+    let id = client.enqueue("life-lease", 3).await;
+    let first = client.fetch("life-lease", 200).await.remove(0);
+    tokio::time::sleep(Duration::from_millis(400)).await;
+    let mut trace = vec![format!("{:?}", client.get(&id).await)];
+    let second = client.fetch("life-lease", 30_000).await.remove(0);
+    assert_ne!(first.token, second.token, "a reclaim mints a new token");
+    trace.push(format!("reclaimed attempt {}", second.attempt));
+    trace.push(format!("old token ack {:?}", client.ack(&first).await));
+    trace.push(format!("old token nack {:?}", client.nack(&first).await));
+    trace.push(format!("new token ack {:?}", client.ack(&second).await));
+    trace.push(format!("{:?}", client.get(&id).await));
+    traces.push(("lease expiry".to_string(), trace));
+
+    traces
+}
+
+#[tokio::test]
+async fn lifecycle_is_the_same_over_http_and_grpc() {
+    let app = common::spawn_app().await;
+    let mut http = Client::Http(reqwest::Client::new(), app.http_url.clone());
+    let over_http = run_scenarios(&mut http).await;
+
+    let app2 = common::spawn_app().await;
+    let mut grpc = Client::Grpc(app2.grpc().await);
+    let over_grpc = run_scenarios(&mut grpc).await;
+
+    let expected: Vec<(&str, Vec<&str>)> = vec![
+        ("success", vec![
+            r#"Seen { state: "available", attempt: 0 }"#,
+            "claimed attempt 1",
+            r#"Seen { state: "active", attempt: 1 }"#,
+            r#"ack Ok("completed")"#,
+            r#"Seen { state: "completed", attempt: 1 }"#,
+            r#"ack again Err("stale_lease")"#,
+        ]),
+        ("retry then success", vec![
+            r#"nack Ok("retryable")"#,
+            "immediately refetched 0",
+            "refetched 1 attempt 2",
+            r#"ack Ok("completed")"#,
+            r#"Seen { state: "completed", attempt: 2 }"#,
+        ]),
+        ("exhaustion", vec![
+            r#"nack Ok("discarded")"#,
+            r#"Seen { state: "discarded", attempt: 1 }"#,
+            r#"cancel Err("conflict")"#,
+        ]),
+        ("cancel", vec![
+            r#"cancel Ok("cancelled")"#,
+            "fetched 0",
+            r#"Seen { state: "cancelled", attempt: 0 }"#,
+        ]),
+        ("lease expiry", vec![
+            r#"Seen { state: "available", attempt: 1 }"#,
+            "reclaimed attempt 2",
+            r#"old token ack Err("stale_lease")"#,
+            r#"old token nack Err("stale_lease")"#,
+            r#"new token ack Ok("completed")"#,
+            r#"Seen { state: "completed", attempt: 2 }"#,
+        ]),
+    ];
+    let expected: Vec<(String, Vec<String>)> = expected
+        .into_iter()
+        .map(|(n, t)| (n.to_string(), t.into_iter().map(str::to_string).collect()))
+        .collect();
+    assert_eq!(over_http, expected, "HTTP lifecycle");
+    assert_eq!(over_grpc, over_http, "gRPC must match HTTP");
+}
+
+#[tokio::test]
+async fn concurrent_fetches_claim_each_job_once() {
+    let app = common::spawn_app().await;
+    let http = reqwest::Client::new();
+    for _ in 0..20 {
+        let response = http
+            .post(format!("{}/ojs/v1/jobs", app.http_url))
+            .header("content-type", "application/json")
+            .body(json!({"type": "race.job", "args": [], "options": {"queue": "race"}}).to_string())
+            .send()
+            .await
+            .expect("enqueue");
+        assert_eq!(response.status(), 201);
+    }
+    let mut fetches = Vec::new();
+    for _ in 0..8 {
+        let http = http.clone();
+        let url = format!("{}/ojs/v1/workers/fetch", app.http_url);
+        fetches.push(tokio::spawn(async move {
+            let body: Value = http
+                .post(url)
+                .header("content-type", "application/json")
+                .body(json!({"queues": ["race"], "count": 5}).to_string())
+                .send()
+                .await
+                .expect("fetch")
+                .json()
+                .await
+                .expect("json");
+            body["jobs"]
+                .as_array()
+                .map(|jobs| jobs.iter().filter_map(|j| j["id"].as_str().map(str::to_string)).collect::<Vec<_>>())
+                .unwrap_or_default()
+        }));
+    }
+    let mut seen = Vec::new();
+    for f in fetches {
+        seen.extend(f.await.expect("join"));
+    }
+    let total = seen.len();
+    seen.sort();
+    seen.dedup();
+    assert_eq!(total, 20, "all 20 jobs claimed");
+    assert_eq!(seen.len(), 20, "no job claimed twice");
+}
+
+#[tokio::test]
+async fn long_poll_fetch_wakes_on_enqueue() {
+    let app = common::spawn_app().await;
+    let http = reqwest::Client::new();
+    let enqueue = |queue: &'static str| {
+        let http = http.clone();
+        let url = format!("{}/ojs/v1/jobs", app.http_url);
+        async move {
+            http.post(url)
+                .header("content-type", "application/json")
+                .body(json!({"type": "poll.job", "args": [], "options": {"queue": queue}}).to_string())
+                .send()
+                .await
+                .expect("enqueue")
+        }
+    };
+    // The queue must exist for a long poll to wait.
+    enqueue("poll").await;
+    let fetch = |wait_ms: i64| {
+        let http = http.clone();
+        let url = format!("{}/ojs/v1/workers/fetch", app.http_url);
+        async move {
+            let started = std::time::Instant::now();
+            let body: Value = http
+                .post(url)
+                .header("content-type", "application/json")
+                .body(json!({"queues": ["poll"], "wait_ms": wait_ms}).to_string())
+                .send()
+                .await
+                .expect("fetch")
+                .json()
+                .await
+                .expect("json");
+            (body["jobs"].as_array().map_or(0, Vec::len), started.elapsed())
+        }
+    };
+    assert_eq!(fetch(0).await.0, 1, "the first job is there at once");
+    let waiting = tokio::spawn(fetch(2000));
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    enqueue("poll").await;
+    let (got, waited) = waiting.await.expect("join");
+    assert_eq!(got, 1, "the waiting fetch received the new job");
+    assert!(waited < Duration::from_millis(1900), "woken by the enqueue, not by the timeout: {waited:?}");
+    let (none, waited) = fetch(300).await;
+    assert_eq!(none, 0);
+    assert!(waited >= Duration::from_millis(290), "an idle long poll waits its wait_ms: {waited:?}");
+}
