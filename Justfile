@@ -1,0 +1,22 @@
+# pgvs3 developer commands. `just --list` shows them.
+
+# Serve on 127.0.0.1:8080 with a private PostgreSQL under ./.pgvs3 (or DATABASE_URL).
+serve:
+    cargo run --release -- serve
+
+# The whole test suite (real PostgreSQL; private cluster unless DATABASE_URL is set).
+test:
+    cargo test
+
+# OJS conformance cases of the given levels, e.g. `just conformance 0,1`.
+conformance levels="0":
+    OJS_LEVELS={{levels}} cargo test --test conformance -- --nocapture
+
+# Format and lint as CI does.
+lint:
+    cargo fmt --all -- --check
+    cargo clippy --all-targets -- -D warnings
+
+# What CI runs.
+ci:
+    bash .ci/run
