@@ -39,13 +39,19 @@ fn grpc_code(status: tonic::Status) -> String {
 
 fn grpc_state(state: i32) -> String {
     pb::JobState::try_from(state)
-        .map(|s| s.as_str_name().trim_start_matches("JOB_STATE_").to_lowercase())
+        .map(|s| {
+            s.as_str_name()
+                .trim_start_matches("JOB_STATE_")
+                .to_lowercase()
+        })
         .unwrap_or_default()
 }
 
 impl Client {
     async fn post(&self, path: &str, body: Value) -> Result<Value, String> {
-        let Client::Http(http, base) = self else { unreachable!() };
+        let Client::Http(http, base) = self else {
+            unreachable!()
+        };
         let response = http
             .post(format!("{base}{path}"))
             .header("content-type", "application/openjobspec+json")
@@ -76,14 +82,21 @@ impl Client {
                 let request = pb::EnqueueRequest {
                     r#type: "test.job".into(),
                     args: vec![
-                        prost_types::Value { kind: Some(prost_types::value::Kind::NumberValue(1.0)) },
-                        prost_types::Value { kind: Some(prost_types::value::Kind::StringValue("two".into())) },
+                        prost_types::Value {
+                            kind: Some(prost_types::value::Kind::NumberValue(1.0)),
+                        },
+                        prost_types::Value {
+                            kind: Some(prost_types::value::Kind::StringValue("two".into())),
+                        },
                     ],
                     options: Some(pb::EnqueueOptions {
                         queue: queue.into(),
                         retry: Some(pb::RetryPolicy {
                             max_attempts: max_attempts as i32,
-                            initial_interval: Some(prost_types::Duration { seconds: 0, nanos: 100_000_000 }),
+                            initial_interval: Some(prost_types::Duration {
+                                seconds: 0,
+                                nanos: 100_000_000,
+                            }),
                             jitter: false,
                             ..Default::default()
                         }),
@@ -91,7 +104,13 @@ impl Client {
                     }),
                     ..Default::default()
                 };
-                grpc.enqueue(request).await.expect("enqueue").into_inner().job.expect("job").id
+                grpc.enqueue(request)
+                    .await
+                    .expect("enqueue")
+                    .into_inner()
+                    .job
+                    .expect("job")
+                    .id
             }
         }
     }
@@ -99,8 +118,12 @@ impl Client {
     async fn fetch(&mut self, queue: &str, visibility_ms: i64) -> Vec<Claim> {
         match self {
             Client::Http(..) => {
-                let body = json!({"queues": [queue], "count": 10, "visibility_timeout_ms": visibility_ms});
-                let answer = self.post("/ojs/v1/workers/fetch", body).await.expect("fetch");
+                let body =
+                    json!({"queues": [queue], "count": 10, "visibility_timeout_ms": visibility_ms});
+                let answer = self
+                    .post("/ojs/v1/workers/fetch", body)
+                    .await
+                    .expect("fetch");
                 answer["jobs"]
                     .as_array()
                     .expect("jobs")
@@ -124,7 +147,11 @@ impl Client {
                 .into_inner()
                 .jobs
                 .into_iter()
-                .map(|j| Claim { id: j.id, token: j.lease_token, attempt: i64::from(j.attempt) })
+                .map(|j| Claim {
+                    id: j.id,
+                    token: j.lease_token,
+                    attempt: i64::from(j.attempt),
+                })
                 .collect(),
         }
     }
@@ -142,9 +169,14 @@ impl Client {
                     job_id: claim.id.clone(),
                     lease_token: claim.token.clone(),
                     result: Some(prost_types::Struct {
-                        fields: [("done".to_string(), prost_types::Value { kind: Some(prost_types::value::Kind::BoolValue(true)) })]
-                            .into_iter()
-                            .collect(),
+                        fields: [(
+                            "done".to_string(),
+                            prost_types::Value {
+                                kind: Some(prost_types::value::Kind::BoolValue(true)),
+                            },
+                        )]
+                        .into_iter()
+                        .collect(),
                     }),
                     ..Default::default()
                 })
@@ -167,7 +199,11 @@ impl Client {
                 .nack(pb::NackRequest {
                     job_id: claim.id.clone(),
                     lease_token: claim.token.clone(),
-                    error: Some(pb::JobError { code: "handler_error".into(), message: "boom".into(), ..Default::default() }),
+                    error: Some(pb::JobError {
+                        code: "handler_error".into(),
+                        message: "boom".into(),
+                        ..Default::default()
+                    }),
                     ..Default::default()
                 })
                 .await
@@ -179,17 +215,27 @@ impl Client {
     async fn cancel(&mut self, id: &str) -> Result<String, String> {
         match self {
             Client::Http(http, base) => {
-                let response = http.delete(format!("{base}/ojs/v1/jobs/{id}")).send().await.map_err(|e| e.to_string())?;
+                let response = http
+                    .delete(format!("{base}/ojs/v1/jobs/{id}"))
+                    .send()
+                    .await
+                    .map_err(|e| e.to_string())?;
                 let ok = response.status().is_success();
                 let body: Value = response.json().await.map_err(|e| e.to_string())?;
                 if ok {
-                    Ok(body["job"]["state"].as_str().unwrap_or_default().to_string())
+                    Ok(body["job"]["state"]
+                        .as_str()
+                        .unwrap_or_default()
+                        .to_string())
                 } else {
                     Err(body["error"]["code"].as_str().unwrap_or("?").to_string())
                 }
             }
             Client::Grpc(grpc) => grpc
-                .cancel_job(pb::CancelJobRequest { job_id: id.into(), reason: String::new() })
+                .cancel_job(pb::CancelJobRequest {
+                    job_id: id.into(),
+                    reason: String::new(),
+                })
                 .await
                 .map(|r| grpc_state(r.into_inner().job.map_or(0, |j| j.state)))
                 .map_err(grpc_code),
@@ -208,7 +254,10 @@ impl Client {
                     .await
                     .expect("json");
                 Seen {
-                    state: body["job"]["state"].as_str().unwrap_or_default().to_string(),
+                    state: body["job"]["state"]
+                        .as_str()
+                        .unwrap_or_default()
+                        .to_string(),
                     attempt: body["job"]["attempt"].as_i64().unwrap_or(-1),
                 }
             }
@@ -220,7 +269,10 @@ impl Client {
                     .into_inner()
                     .job
                     .expect("job");
-                Seen { state: grpc_state(job.state), attempt: i64::from(job.attempt) }
+                Seen {
+                    state: grpc_state(job.state),
+                    attempt: i64::from(job.attempt),
+                }
             }
         }
     }
@@ -248,10 +300,17 @@ async fn run_scenarios(client: &mut Client) -> Vec<(String, Vec<String>)> {
     let id = client.enqueue("life-retry", 3).await;
     let claim = client.fetch("life-retry", 30_000).await.remove(0);
     let mut trace = vec![format!("nack {:?}", client.nack(&claim).await)];
-    trace.push(format!("immediately refetched {}", client.fetch("life-retry", 30_000).await.len()));
+    trace.push(format!(
+        "immediately refetched {}",
+        client.fetch("life-retry", 30_000).await.len()
+    ));
     tokio::time::sleep(Duration::from_millis(250)).await;
     let again = client.fetch("life-retry", 30_000).await;
-    trace.push(format!("refetched {} attempt {}", again.len(), again[0].attempt));
+    trace.push(format!(
+        "refetched {} attempt {}",
+        again.len(),
+        again[0].attempt
+    ));
     trace.push(format!("ack {:?}", client.ack(&again[0]).await));
     trace.push(format!("{:?}", client.get(&id).await));
     traces.push(("retry then success".to_string(), trace));
@@ -267,7 +326,10 @@ async fn run_scenarios(client: &mut Client) -> Vec<(String, Vec<String>)> {
     // Cancel: available → cancelled, never delivered.
     let id = client.enqueue("life-cancel", 3).await;
     let mut trace = vec![format!("cancel {:?}", client.cancel(&id).await)];
-    trace.push(format!("fetched {}", client.fetch("life-cancel", 30_000).await.len()));
+    trace.push(format!(
+        "fetched {}",
+        client.fetch("life-cancel", 30_000).await.len()
+    ));
     trace.push(format!("{:?}", client.get(&id).await));
     traces.push(("cancel".to_string(), trace));
 
@@ -299,39 +361,54 @@ async fn lifecycle_is_the_same_over_http_and_grpc() {
     let over_grpc = run_scenarios(&mut grpc).await;
 
     let expected: Vec<(&str, Vec<&str>)> = vec![
-        ("success", vec![
-            r#"Seen { state: "available", attempt: 0 }"#,
-            "claimed attempt 1",
-            r#"Seen { state: "active", attempt: 1 }"#,
-            r#"ack Ok("completed")"#,
-            r#"Seen { state: "completed", attempt: 1 }"#,
-            r#"ack again Err("stale_lease")"#,
-        ]),
-        ("retry then success", vec![
-            r#"nack Ok("retryable")"#,
-            "immediately refetched 0",
-            "refetched 1 attempt 2",
-            r#"ack Ok("completed")"#,
-            r#"Seen { state: "completed", attempt: 2 }"#,
-        ]),
-        ("exhaustion", vec![
-            r#"nack Ok("discarded")"#,
-            r#"Seen { state: "discarded", attempt: 1 }"#,
-            r#"cancel Err("conflict")"#,
-        ]),
-        ("cancel", vec![
-            r#"cancel Ok("cancelled")"#,
-            "fetched 0",
-            r#"Seen { state: "cancelled", attempt: 0 }"#,
-        ]),
-        ("lease expiry", vec![
-            r#"Seen { state: "available", attempt: 1 }"#,
-            "reclaimed attempt 2",
-            r#"old token ack Err("stale_lease")"#,
-            r#"old token nack Err("stale_lease")"#,
-            r#"new token ack Ok("completed")"#,
-            r#"Seen { state: "completed", attempt: 2 }"#,
-        ]),
+        (
+            "success",
+            vec![
+                r#"Seen { state: "available", attempt: 0 }"#,
+                "claimed attempt 1",
+                r#"Seen { state: "active", attempt: 1 }"#,
+                r#"ack Ok("completed")"#,
+                r#"Seen { state: "completed", attempt: 1 }"#,
+                r#"ack again Err("stale_lease")"#,
+            ],
+        ),
+        (
+            "retry then success",
+            vec![
+                r#"nack Ok("retryable")"#,
+                "immediately refetched 0",
+                "refetched 1 attempt 2",
+                r#"ack Ok("completed")"#,
+                r#"Seen { state: "completed", attempt: 2 }"#,
+            ],
+        ),
+        (
+            "exhaustion",
+            vec![
+                r#"nack Ok("discarded")"#,
+                r#"Seen { state: "discarded", attempt: 1 }"#,
+                r#"cancel Err("conflict")"#,
+            ],
+        ),
+        (
+            "cancel",
+            vec![
+                r#"cancel Ok("cancelled")"#,
+                "fetched 0",
+                r#"Seen { state: "cancelled", attempt: 0 }"#,
+            ],
+        ),
+        (
+            "lease expiry",
+            vec![
+                r#"Seen { state: "available", attempt: 1 }"#,
+                "reclaimed attempt 2",
+                r#"old token ack Err("stale_lease")"#,
+                r#"old token nack Err("stale_lease")"#,
+                r#"new token ack Ok("completed")"#,
+                r#"Seen { state: "completed", attempt: 2 }"#,
+            ],
+        ),
     ];
     let expected: Vec<(String, Vec<String>)> = expected
         .into_iter()
@@ -372,7 +449,11 @@ async fn concurrent_fetches_claim_each_job_once() {
                 .expect("json");
             body["jobs"]
                 .as_array()
-                .map(|jobs| jobs.iter().filter_map(|j| j["id"].as_str().map(str::to_string)).collect::<Vec<_>>())
+                .map(|jobs| {
+                    jobs.iter()
+                        .filter_map(|j| j["id"].as_str().map(str::to_string))
+                        .collect::<Vec<_>>()
+                })
                 .unwrap_or_default()
         }));
     }
@@ -397,7 +478,10 @@ async fn long_poll_fetch_wakes_on_enqueue() {
         async move {
             http.post(url)
                 .header("content-type", "application/json")
-                .body(json!({"type": "poll.job", "args": [], "options": {"queue": queue}}).to_string())
+                .body(
+                    json!({"type": "poll.job", "args": [], "options": {"queue": queue}})
+                        .to_string(),
+                )
                 .send()
                 .await
                 .expect("enqueue")
@@ -420,7 +504,10 @@ async fn long_poll_fetch_wakes_on_enqueue() {
                 .json()
                 .await
                 .expect("json");
-            (body["jobs"].as_array().map_or(0, Vec::len), started.elapsed())
+            (
+                body["jobs"].as_array().map_or(0, Vec::len),
+                started.elapsed(),
+            )
         }
     };
     assert_eq!(fetch(0).await.0, 1, "the first job is there at once");
@@ -429,8 +516,14 @@ async fn long_poll_fetch_wakes_on_enqueue() {
     enqueue("poll").await;
     let (got, waited) = waiting.await.expect("join");
     assert_eq!(got, 1, "the waiting fetch received the new job");
-    assert!(waited < Duration::from_millis(1900), "woken by the enqueue, not by the timeout: {waited:?}");
+    assert!(
+        waited < Duration::from_millis(1900),
+        "woken by the enqueue, not by the timeout: {waited:?}"
+    );
     let (none, waited) = fetch(300).await;
     assert_eq!(none, 0);
-    assert!(waited >= Duration::from_millis(290), "an idle long poll waits its wait_ms: {waited:?}");
+    assert!(
+        waited >= Duration::from_millis(290),
+        "an idle long poll waits its wait_ms: {waited:?}"
+    );
 }

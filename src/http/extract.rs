@@ -57,7 +57,14 @@ async fn read_object(req: Request) -> Result<Option<Value>, ApiError> {
     let bytes = axum::body::to_bytes(req.into_body(), usize::MAX)
         .await
         .map_err(|e| {
-            let too_large = e.into_inner().downcast_ref::<LengthLimitError>().is_some();
+            // The limit error arrives wrapped by axum and hyper: look through the chain.
+            let inner = e.into_inner();
+            let mut cause: Option<&(dyn std::error::Error + 'static)> = Some(inner.as_ref());
+            let mut too_large = false;
+            while let Some(c) = cause {
+                too_large |= c.is::<LengthLimitError>();
+                cause = c.source();
+            }
             fail(if too_large {
                 CoreError::new(
                     ErrorKind::PayloadTooLarge,

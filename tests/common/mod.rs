@@ -37,10 +37,7 @@ extern "C" fn stop_private_cluster() {
 }
 
 fn cluster_dir() -> Option<PathBuf> {
-    Some(
-        PathBuf::from(env!("CARGO_TARGET_TMPDIR"))
-            .join(format!("pg-{}", std::process::id())),
-    )
+    Some(PathBuf::from(env!("CARGO_TARGET_TMPDIR")).join(format!("pg-{}", std::process::id())))
 }
 
 /// The URL of a database where test databases can be created.
@@ -112,7 +109,11 @@ pub async fn spawn_app_with(adjust: impl FnOnce(&mut ServerSettings)) -> TestApp
 }
 
 /// Starts pgvs3 on an existing test database (e.g. a second gateway).
-pub async fn spawn_app_on(database: &str, url: &str, adjust: impl FnOnce(&mut ServerSettings)) -> TestApp {
+pub async fn spawn_app_on(
+    database: &str,
+    url: &str,
+    adjust: impl FnOnce(&mut ServerSettings),
+) -> TestApp {
     let mut settings = ServerSettings::for_database(url);
     settings.db_pool_size = 8;
     adjust(&mut settings);
@@ -138,10 +139,13 @@ impl TestApp {
     /// A gRPC client of `ojs.v1.OJSService`.
     pub async fn grpc(
         &self,
-    ) -> pgvs3::grpc::proto::ojs::v1::ojs_service_client::OjsServiceClient<tonic::transport::Channel> {
-        pgvs3::grpc::proto::ojs::v1::ojs_service_client::OjsServiceClient::connect(self.grpc_url.clone())
-            .await
-            .expect("connect gRPC")
+    ) -> pgvs3::grpc::proto::ojs::v1::ojs_service_client::OjsServiceClient<tonic::transport::Channel>
+    {
+        pgvs3::grpc::proto::ojs::v1::ojs_service_client::OjsServiceClient::connect(
+            self.grpc_url.clone(),
+        )
+        .await
+        .expect("connect gRPC")
     }
 }
 
@@ -155,7 +159,10 @@ impl Drop for TestApp {
         };
         let name = std::mem::take(&mut self.database);
         let _ = std::thread::spawn(move || {
-            let Ok(runtime) = tokio::runtime::Builder::new_current_thread().enable_all().build() else {
+            let Ok(runtime) = tokio::runtime::Builder::new_current_thread()
+                .enable_all()
+                .build()
+            else {
                 return;
             };
             runtime.block_on(async {
