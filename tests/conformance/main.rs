@@ -1,0 +1,305 @@
+//! OJS conformance runner: every case file under the selected `level-N-*` folders of the
+//! conformance suite runs against its own freshly spawned pgvs3 server (fresh database).
+//!
+//! Environment:
+//! - `OJS_LEVELS`: comma list of levels to run (default `0`), e.g. `OJS_LEVELS=0,1`.
+//! - `OJS_CASE`: only cases whose file path or test id contains this substring.
+//! - `OJS_PARALLEL`: cases run at the same time (default 6).
+//! - `OJS_CONFORMANCE_DIR`: the suite directory (default `../shared/ojs-conformance`).
+//!
+//! Run: `OJS_LEVELS=0,1 cargo test --test conformance -- --nocapture`.
+
+#[path = "../common/mod.rs"]
+mod common;
+mod jsonpath;
+mod matchers;
+mod mini_regex;
+mod runner;
+mod template;
+
+use futures_util::FutureExt;
+use futures_util::stream::{self, StreamExt};
+use std::panic::AssertUnwindSafe;
+use std::path::{Path, PathBuf};
+use std::time::Duration;
+
+/// Cases that cannot pass on any server: skipped and reported as SKIP. Keyed by file path
+/// (test ids repeat across files).
+const DEFECTIVE: &[(&str, &str)] = &[
+    // L1-RTR-014: expects error `type` values that no request in it ever sends.
+    (
+        "level-1-reliable/retry/retry-error-history-tracked.json",
+        "L1-RTR-014 expects error type values no request in it sends",
+    ),
+];
+
+/// Cases for features not built yet, with the issue that will deliver them. They still run: a
+/// failure is reported as PENDING and does not fail the test; a pass fails the test ("remove from
+/// PENDING"), so this list can never hide a working feature.
+const PENDING: &[(&str, &str)] = &[
+    // L0-EVT-002: reads the persisted job.completed event.
+    (
+        "level-0-core/events/event-job-completed.json",
+        "GET /ojs/v1/events: issue 9",
+    ),
+    // L0-EVT-001: reads the persisted job.enqueued event.
+    (
+        "level-0-core/events/event-job-enqueued.json",
+        "GET /ojs/v1/events: issue 9",
+    ),
+];
+
+/// A case that runs longer than this fails (the cron cases need a little over a minute).
+const CASE_TIMEOUT: Duration = Duration::from_secs(300);
+const REQUEST_TIMEOUT: Duration = Duration::from_secs(30);
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Verdict {
+    Pass,
+    Fail,
+    Skip,
+    Pending,
+}
+
+struct Report {
+    rel_path: String,
+    verdict: Verdict,
+    line: String,
+}
+
+fn conformance_dir() -> PathBuf {
+    match std::env::var("OJS_CONFORMANCE_DIR") {
+        Ok(dir) if !dir.trim().is_empty() => PathBuf::from(dir),
+        _ => Path::new(env!("CARGO_MANIFEST_DIR")).join("../shared/ojs-conformance"),
+    }
+}
+
+fn levels() -> Vec<u32> {
+    let raw = std::env::var("OJS_LEVELS").unwrap_or_else(|_| "0".to_string());
+    raw.split(',')
+        .map(str::trim)
+        .filter(|s| !s.is_empty())
+        .map(|s| {
+            s.parse()
+                .unwrap_or_else(|_| panic!("OJS_LEVELS: {s:?} is not a level number (in {raw:?})"))
+        })
+        .collect()
+}
+
+fn parallelism() -> usize {
+    match std::env::var("OJS_PARALLEL") {
+        Ok(v) => v
+            .trim()
+            .parse::<usize>()
+            .unwrap_or_else(|_| panic!("OJS_PARALLEL: {v:?} is not a number"))
+            .max(1),
+        Err(_) => 6,
+    }
+}
+
+/// `level-N-*` folders for the wanted levels, walked for `*.json`; paths relative to `dir`, with
+/// `/` separators, sorted.
+fn discover(dir: &Path, levels: &[u32]) -> Result<Vec<String>, String> {
+    let entries =
+        std::fs::read_dir(dir).map_err(|e| format!("cannot read {}: {e}", dir.display()))?;
+    let mut files = Vec::new();
+    for entry in entries {
+        let entry = entry.map_err(|e| format!("cannot read {}: {e}", dir.display()))?;
+        let name = entry.file_name().to_string_lossy().into_owned();
+        let level = name
+            .strip_prefix("level-")
+            .and_then(|rest| rest.split('-').next())
+            .and_then(|n| n.parse::<u32>().ok());
+        if level.is_some_and(|l| levels.contains(&l)) && entry.path().is_dir() {
+            walk(&entry.path(), &name, &mut files)?;
+        }
+    }
+    files.sort();
+    Ok(files)
+}
+
+fn walk(path: &Path, rel: &str, out: &mut Vec<String>) -> Result<(), String> {
+    let entries =
+        std::fs::read_dir(path).map_err(|e| format!("cannot read {}: {e}", path.display()))?;
+    for entry in entries {
+        let entry = entry.map_err(|e| format!("cannot read {}: {e}", path.display()))?;
+        let name = entry.file_name().to_string_lossy().into_owned();
+        let child_rel = format!("{rel}/{name}");
+        let child = entry.path();
+        if child.is_dir() {
+            walk(&child, &child_rel, out)?;
+        } else if name.ends_with(".json") {
+            out.push(child_rel);
+        }
+    }
+    Ok(())
+}
+
+fn listed(list: &[(&str, &'static str)], rel_path: &str) -> Option<&'static str> {
+    list.iter()
+        .find(|(path, _)| *path == rel_path)
+        .map(|(_, reason)| *reason)
+}
+
+fn panic_message(payload: &(dyn std::any::Any + Send)) -> String {
+    payload
+        .downcast_ref::<&str>()
+        .map(|s| s.to_string())
+        .or_else(|| payload.downcast_ref::<String>().cloned())
+        .unwrap_or_else(|| "non-string panic payload".to_string())
+}
+
+async fn run_one(dir: &Path, rel_path: String, client: &reqwest::Client) -> Report {
+    let file = dir.join(&rel_path);
+    let parsed = std::fs::read_to_string(&file)
+        .map_err(|e| format!("cannot read {}: {e}", file.display()))
+        .and_then(|text| runner::parse_case(&text));
+    let pending = listed(PENDING, &rel_path);
+    let report = |verdict: Verdict, label: &str, detail: String| Report {
+        line: format!("{label} {detail}"),
+        rel_path: rel_path.clone(),
+        verdict,
+    };
+    let case = match parsed {
+        Ok(case) => case,
+        Err(e) => {
+            return match pending {
+                Some(reason) => report(
+                    Verdict::Pending,
+                    "PENDING",
+                    format!("? ? ({rel_path}): {reason}: {e}"),
+                ),
+                None => report(Verdict::Fail, "FAIL", format!("? ? ({rel_path}): {e}")),
+            };
+        }
+    };
+    let title = format!("{} {} ({rel_path})", case.test_id, case.name);
+    if let Some(reason) = listed(DEFECTIVE, &rel_path) {
+        return report(
+            Verdict::Skip,
+            "SKIP",
+            format!("{title}: DEFECTIVE: {reason}"),
+        );
+    }
+    let outcome = AssertUnwindSafe(async {
+        let app = common::spawn_app().await;
+        let result =
+            tokio::time::timeout(CASE_TIMEOUT, runner::run_case(client, &app.http_url, &case))
+                .await;
+        drop(app);
+        result.unwrap_or_else(|_| Err(format!("case timed out after {} s", CASE_TIMEOUT.as_secs())))
+    })
+    .catch_unwind()
+    .await
+    .unwrap_or_else(|payload| Err(format!("panicked: {}", panic_message(payload.as_ref()))));
+    match (outcome, pending) {
+        (Ok(()), None) => report(Verdict::Pass, "PASS", title),
+        (Err(e), None) => report(Verdict::Fail, "FAIL", format!("{title}: {e}")),
+        (Err(e), Some(reason)) => report(
+            Verdict::Pending,
+            "PENDING",
+            format!("{title}: {reason}: {e}"),
+        ),
+        (Ok(()), Some(reason)) => report(
+            Verdict::Fail,
+            "FAIL",
+            format!("{title}: passes but is listed in PENDING ({reason}): remove from PENDING"),
+        ),
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn conformance() {
+    let dir = conformance_dir();
+    let levels = levels();
+    let filter = std::env::var("OJS_CASE")
+        .ok()
+        .filter(|s| !s.trim().is_empty());
+
+    let mut problems = Vec::new();
+    for (list_name, list) in [("DEFECTIVE", DEFECTIVE), ("PENDING", PENDING)] {
+        for (path, _) in list {
+            if !dir.join(path).is_file() {
+                problems.push(format!(
+                    "FAIL {list_name} entry {path} is not a case file: remove it"
+                ));
+            }
+        }
+    }
+    for (path, _) in DEFECTIVE {
+        if listed(PENDING, path).is_some() {
+            problems.push(format!("FAIL {path} is in both DEFECTIVE and PENDING"));
+        }
+    }
+
+    let files = match discover(&dir, &levels) {
+        Ok(files) => files,
+        Err(e) => panic!("conformance suite: {e}"),
+    };
+    let selected: Vec<String> = files
+        .into_iter()
+        .filter(|rel| match &filter {
+            None => true,
+            Some(f) => {
+                rel.contains(f.as_str())
+                    || std::fs::read_to_string(dir.join(rel))
+                        .ok()
+                        .and_then(|t| runner::parse_case(&t).ok())
+                        .is_some_and(|c| c.test_id.contains(f.as_str()))
+            }
+        })
+        .collect();
+    assert!(
+        !selected.is_empty(),
+        "no conformance cases selected (levels {levels:?}, OJS_CASE {filter:?}) in {}",
+        dir.display()
+    );
+
+    let client = reqwest::Client::builder()
+        .timeout(REQUEST_TIMEOUT)
+        .no_proxy()
+        .build()
+        .expect("building the HTTP client");
+    let parallel = parallelism();
+    println!(
+        "conformance: {} case(s), levels {levels:?}, {parallel} at a time, from {}",
+        selected.len(),
+        dir.display()
+    );
+
+    let mut reports = Vec::new();
+    let mut running = stream::iter(selected)
+        .map(|rel| run_one(&dir, rel, &client))
+        .buffer_unordered(parallel);
+    while let Some(report) = running.next().await {
+        println!("{}", report.line);
+        reports.push(report);
+    }
+    reports.sort_by(|a, b| a.rel_path.cmp(&b.rel_path));
+
+    let count = |v: Verdict| reports.iter().filter(|r| r.verdict == v).count();
+    let failed_lines: Vec<&str> = reports
+        .iter()
+        .filter(|r| r.verdict == Verdict::Fail)
+        .map(|r| r.line.as_str())
+        .chain(problems.iter().map(String::as_str))
+        .collect();
+    let summary = format!(
+        "{} passed, {} failed, {} skipped, {} pending",
+        count(Verdict::Pass),
+        failed_lines.len(),
+        count(Verdict::Skip),
+        count(Verdict::Pending)
+    );
+    println!("\nall results:");
+    for report in &reports {
+        println!("{}", report.line);
+    }
+    for problem in &problems {
+        println!("{problem}");
+    }
+    println!("{summary}");
+    if !failed_lines.is_empty() {
+        panic!("{summary}\n{}", failed_lines.join("\n"));
+    }
+}
