@@ -151,3 +151,110 @@ RETURNS TABLE (name text, paused boolean, created_at timestamptz)
 LANGUAGE sql STABLE AS $$
     SELECT q.name, q.paused, q.created_at FROM s3p.queues q ORDER BY q.name
 $$;
+
+-- Extends leases of the listed active jobs (in any queues); returns extended ids and directives.
+CREATE OR REPLACE FUNCTION s3p.heartbeat(
+    ids uuid[], worker text, token uuid, visibility_ms bigint, default_visibility_ms bigint
+) RETURNS TABLE (id uuid, directive text, lease_expires_at timestamptz)
+LANGUAGE plpgsql AS $$
+DECLARE
+    queue_schema text;
+BEGIN
+    FOR queue_schema IN
+        SELECT DISTINCT q.schema_name FROM s3p.job_index i JOIN s3p.queues q ON q.name = i.queue
+         WHERE i.id = ANY (ids)
+    LOOP
+        RETURN QUERY EXECUTE format('SELECT * FROM %I.heartbeat($1, $2, $3, $4, $5)', queue_schema)
+            USING ids, worker, token, visibility_ms, default_visibility_ms;
+    END LOOP;
+END
+$$;
+
+-- Makes a pending job available.
+CREATE OR REPLACE FUNCTION s3p.activate(job_id uuid) RETURNS SETOF s3p.job
+LANGUAGE plpgsql AS $$
+BEGIN
+    RETURN QUERY EXECUTE format('SELECT * FROM %I.activate($1)', s3p.job_schema(job_id)) USING job_id;
+END
+$$;
+
+-- SQL selecting the dead letters of one queue or of all queues, or NULL when there are none.
+CREATE OR REPLACE FUNCTION s3p.dead_letter_source(queue text) RETURNS text
+LANGUAGE sql STABLE AS $$
+    SELECT string_agg(format('SELECT * FROM %I.dead_letters()', q.schema_name), ' UNION ALL ')
+      FROM s3p.queues q WHERE queue IS NULL OR q.name = queue
+$$;
+
+-- A page of dead letters across queues (or of one queue), newest first.
+CREATE OR REPLACE FUNCTION s3p.dead_letters(queue text, max int, skip int) RETURNS SETOF s3p.job
+LANGUAGE plpgsql STABLE AS $$
+DECLARE
+    source text := s3p.dead_letter_source(queue);
+BEGIN
+    IF source IS NOT NULL THEN
+        RETURN QUERY EXECUTE format(
+            'SELECT * FROM (%s) d ORDER BY completed_at DESC, id LIMIT $1 OFFSET $2', source)
+            USING max, skip;
+    END IF;
+END
+$$;
+
+-- How many dead letters there are (in one queue, or in all).
+CREATE OR REPLACE FUNCTION s3p.dead_letter_count(queue text) RETURNS bigint
+LANGUAGE plpgsql STABLE AS $$
+DECLARE
+    source text := s3p.dead_letter_source(queue);
+    total bigint := 0;
+BEGIN
+    IF source IS NOT NULL THEN
+        EXECUTE format('SELECT count(*) FROM (%s) d', source) INTO total;
+    END IF;
+    RETURN total;
+END
+$$;
+
+-- Puts a dead letter back as available with its attempts reset.
+CREATE OR REPLACE FUNCTION s3p.retry_dead_letter(job_id uuid) RETURNS SETOF s3p.job
+LANGUAGE plpgsql AS $$
+BEGIN
+    RETURN QUERY EXECUTE format('SELECT * FROM %I.retry_dead_letter($1)', s3p.job_schema(job_id))
+        USING job_id;
+END
+$$;
+
+-- Deletes a dead letter.
+CREATE OR REPLACE FUNCTION s3p.delete_dead_letter(job_id uuid) RETURNS SETOF s3p.job
+LANGUAGE plpgsql AS $$
+BEGIN
+    RETURN QUERY EXECUTE format('SELECT * FROM %I.delete_dead_letter($1)', s3p.job_schema(job_id))
+        USING job_id;
+END
+$$;
+
+-- One maintenance pass over every queue, run by one gateway at a time (others skip at once).
+-- Each queue's step is bounded by `batch` rows per kind of work.
+CREATE OR REPLACE FUNCTION s3p.maintain(default_retention_ms bigint, batch int)
+RETURNS TABLE (ran boolean, released bigint, expired bigint, removed bigint)
+LANGUAGE plpgsql AS $$
+DECLARE
+    q record;
+    r record;
+    total_released bigint := 0;
+    total_expired bigint := 0;
+    total_removed bigint := 0;
+BEGIN
+    IF NOT pg_try_advisory_xact_lock(hashtext('s3p.maintain')) THEN
+        RETURN QUERY SELECT false, 0::bigint, 0::bigint, 0::bigint;
+        RETURN;
+    END IF;
+    FOR q IN SELECT name, schema_name, settings FROM s3p.queues ORDER BY name LOOP
+        EXECUTE format('SELECT * FROM %I.maintain($1, $2)', q.schema_name)
+            INTO r
+            USING coalesce((q.settings->>'job_retention_ms')::bigint, default_retention_ms), batch;
+        total_released := total_released + r.released;
+        total_expired := total_expired + r.expired;
+        total_removed := total_removed + r.removed;
+    END LOOP;
+    RETURN QUERY SELECT true, total_released, total_expired, total_removed;
+END
+$$;

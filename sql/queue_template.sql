@@ -226,3 +226,150 @@ BEGIN
     RETURNING *;
 END
 $fn$;
+
+-- Extends the leases of active jobs this worker holds (or that carry `token`), never past the job's
+-- timeout_ms bound; returns each extended job with its test directive, if any.
+CREATE OR REPLACE FUNCTION __SCHEMA__.heartbeat(
+    ids uuid[], worker text, token uuid, visibility_ms bigint, default_visibility_ms bigint
+) RETURNS TABLE (id uuid, directive text, lease_expires_at timestamptz)
+LANGUAGE sql AS $fn$
+    UPDATE __SCHEMA__.jobs j
+       SET lease_expires_at = CASE
+               WHEN j.timeout_ms IS NULL THEN now() + make_interval(secs =>
+                   coalesce(visibility_ms, j.visibility_timeout_ms, default_visibility_ms) / 1000.0)
+               ELSE least(
+                   now() + make_interval(secs =>
+                       coalesce(visibility_ms, j.visibility_timeout_ms, default_visibility_ms) / 1000.0),
+                   j.started_at + make_interval(secs => j.timeout_ms / 1000.0))
+           END
+     WHERE j.id = ANY (ids)
+       AND j.state = 'active'
+       AND (token IS NULL OR j.lease_token = token)
+       AND (worker IS NULL OR j.worker_id IS NULL OR j.worker_id = worker)
+    RETURNING j.id, j.meta->>'test_directive', j.lease_expires_at
+$fn$;
+
+-- Makes a pending job available.
+CREATE OR REPLACE FUNCTION __SCHEMA__.activate(job_id uuid) RETURNS SETOF s3p.job
+LANGUAGE plpgsql AS $fn$
+DECLARE
+    current s3p.job;
+BEGIN
+    SELECT * INTO current FROM __SCHEMA__.jobs WHERE id = job_id FOR UPDATE;
+    IF NOT FOUND THEN
+        RAISE EXCEPTION 'job % not found', job_id USING ERRCODE = 'PV404';
+    END IF;
+    IF current.state <> 'pending' THEN
+        RAISE EXCEPTION 'job % is %, not pending', job_id, current.state USING ERRCODE = 'PV409';
+    END IF;
+    RETURN QUERY
+    UPDATE __SCHEMA__.jobs
+       SET state = 'available', previous_state = 'pending', run_at = now(), enqueued_at = now()
+     WHERE id = job_id
+    RETURNING *;
+END
+$fn$;
+
+-- Dead letters: discarded jobs whose policy says dead_letter, newest first.
+CREATE OR REPLACE FUNCTION __SCHEMA__.dead_letters() RETURNS SETOF s3p.job
+LANGUAGE sql STABLE AS $fn$
+    SELECT * FROM __SCHEMA__.jobs
+     WHERE state = 'discarded' AND retry->>'on_exhaustion' = 'dead_letter'
+$fn$;
+
+-- Puts a dead letter back as a fresh available job (attempts reset, history kept).
+CREATE OR REPLACE FUNCTION __SCHEMA__.retry_dead_letter(job_id uuid) RETURNS SETOF s3p.job
+LANGUAGE plpgsql AS $fn$
+BEGIN
+    RETURN QUERY
+    UPDATE __SCHEMA__.jobs
+       SET state = 'available', previous_state = 'discarded', attempt = 0, run_at = now(),
+           enqueued_at = now(), started_at = NULL, completed_at = NULL, worker_id = NULL,
+           lease_token = NULL, lease_expires_at = NULL, retry_delay_ms = NULL
+     WHERE id = job_id AND state = 'discarded' AND retry->>'on_exhaustion' = 'dead_letter'
+    RETURNING *;
+    IF NOT FOUND THEN
+        RAISE EXCEPTION 'dead letter % not found', job_id USING ERRCODE = 'PV404';
+    END IF;
+END
+$fn$;
+
+-- Deletes a dead letter for good; its id may be used again.
+CREATE OR REPLACE FUNCTION __SCHEMA__.delete_dead_letter(job_id uuid) RETURNS SETOF s3p.job
+LANGUAGE plpgsql AS $fn$
+BEGIN
+    RETURN QUERY
+    DELETE FROM __SCHEMA__.jobs
+     WHERE id = job_id AND state = 'discarded' AND retry->>'on_exhaustion' = 'dead_letter'
+    RETURNING *;
+    IF NOT FOUND THEN
+        RAISE EXCEPTION 'dead letter % not found', job_id USING ERRCODE = 'PV404';
+    END IF;
+    DELETE FROM s3p.job_index WHERE id = job_id;
+END
+$fn$;
+
+-- One bounded maintenance step for this queue: release expired leases (attempts left: available
+-- with a timeout error; exhausted: discarded), discard jobs past expires_at that never started, and
+-- remove terminal jobs older than the retention (dead letters stay). At most `batch` rows each.
+CREATE OR REPLACE FUNCTION __SCHEMA__.maintain(retention_ms bigint, batch int)
+RETURNS TABLE (released int, expired int, removed int)
+LANGUAGE plpgsql AS $fn$
+DECLARE
+    n_released int;
+    n_expired int;
+    n_removed int;
+BEGIN
+    WITH due AS (
+        SELECT id FROM __SCHEMA__.jobs
+         WHERE state = 'active' AND lease_expires_at <= now()
+         ORDER BY lease_expires_at
+         LIMIT batch
+         FOR UPDATE SKIP LOCKED
+    ), failure AS (
+        SELECT jsonb_build_object('code', 'timeout', 'type', 'timeout',
+                                  'message', 'lease expired before ack', 'occurred_at', now()) AS f
+    )
+    UPDATE __SCHEMA__.jobs j
+       SET state = CASE WHEN j.attempt < j.max_attempts THEN 'available' ELSE 'discarded' END,
+           previous_state = 'active',
+           run_at = now(),
+           completed_at = CASE WHEN j.attempt < j.max_attempts THEN NULL ELSE now() END,
+           lease_token = NULL, lease_expires_at = NULL,
+           error = failure.f || jsonb_build_object('attempt', j.attempt),
+           errors = coalesce(j.errors, '[]'::jsonb) || (failure.f || jsonb_build_object('attempt', j.attempt))
+      FROM due, failure
+     WHERE j.id = due.id;
+    GET DIAGNOSTICS n_released = ROW_COUNT;
+
+    WITH due AS (
+        SELECT id FROM __SCHEMA__.jobs
+         WHERE state IN ('available', 'scheduled', 'retryable', 'pending') AND expires_at <= now()
+         LIMIT batch
+         FOR UPDATE SKIP LOCKED
+    )
+    UPDATE __SCHEMA__.jobs j
+       SET state = 'discarded', previous_state = j.state,
+           error = jsonb_build_object('code', 'expired', 'type', 'expired',
+                                      'message', 'job expired before it started', 'occurred_at', now())
+      FROM due
+     WHERE j.id = due.id;
+    GET DIAGNOSTICS n_expired = ROW_COUNT;
+
+    WITH gone AS (
+        DELETE FROM __SCHEMA__.jobs
+         WHERE id IN (
+             SELECT id FROM __SCHEMA__.jobs
+              WHERE state IN ('completed', 'cancelled', 'discarded')
+                AND coalesce(completed_at, cancelled_at, created_at) < now() - make_interval(secs => retention_ms / 1000.0)
+                AND NOT (state = 'discarded' AND retry->>'on_exhaustion' = 'dead_letter')
+              LIMIT batch
+              FOR UPDATE SKIP LOCKED)
+        RETURNING id
+    )
+    DELETE FROM s3p.job_index i USING gone WHERE i.id = gone.id;
+    GET DIAGNOSTICS n_removed = ROW_COUNT;
+
+    RETURN QUERY SELECT n_released, n_expired, n_removed;
+END
+$fn$;

@@ -75,6 +75,12 @@ pub struct ServeArgs {
     /// Refuse ack/nack that carry no lease token.
     #[arg(long, env = "PGVS3_REQUIRE_LEASE_TOKEN")]
     pub require_lease_token: bool,
+    /// How long terminal jobs are kept (per-queue settings may override), seconds.
+    #[arg(long, env = "PGVS3_JOB_RETENTION_SECS", default_value_t = 86_400)]
+    pub job_retention_secs: i64,
+    /// Time between maintenance passes (lease expiry, TTL, retention), ms.
+    #[arg(long, env = "PGVS3_MAINTENANCE_INTERVAL_MS", default_value_t = 500)]
+    pub maintenance_interval_ms: u64,
     /// How long shutdown waits for in-flight requests, seconds.
     #[arg(long, env = "PGVS3_SHUTDOWN_TIMEOUT_SECS", default_value_t = 10)]
     pub shutdown_timeout_secs: u64,

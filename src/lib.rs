@@ -7,6 +7,7 @@ pub mod config;
 pub mod core;
 pub mod grpc;
 pub mod http;
+pub mod maintenance;
 pub mod middleware;
 pub mod server;
 pub mod store;

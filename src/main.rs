@@ -108,7 +108,9 @@ async fn serve(args: ServeArgs) -> Result<(), String> {
         max_in_flight: args.max_in_flight,
         max_body_bytes: args.max_body_bytes,
         shutdown_timeout: Duration::from_secs(args.shutdown_timeout_secs),
+        maintenance_interval: Some(Duration::from_millis(args.maintenance_interval_ms.max(10))),
         service: ServiceSettings {
+            job_retention_ms: args.job_retention_secs.saturating_mul(1000),
             default_visibility_timeout_ms: args.visibility_timeout_ms,
             require_lease_token: args.require_lease_token,
             read_only: args.read_only,

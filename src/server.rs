@@ -30,6 +30,8 @@ pub struct ServerSettings {
     pub max_body_bytes: usize,
     /// Bound on graceful shutdown.
     pub shutdown_timeout: Duration,
+    /// Time between maintenance passes; `None` runs none (e.g. read-only gateways).
+    pub maintenance_interval: Option<Duration>,
     /// Job operation settings (read-only included).
     pub service: ServiceSettings,
 }
@@ -45,6 +47,7 @@ impl ServerSettings {
             max_in_flight: 1024,
             max_body_bytes: 1_048_576,
             shutdown_timeout: Duration::from_secs(10),
+            maintenance_interval: Some(Duration::from_millis(500)),
             service: ServiceSettings::default(),
         }
     }
@@ -131,6 +134,16 @@ pub async fn start(settings: ServerSettings) -> Result<RunningServer, StartError
                     let _ = stop.wait_for(|s| *s).await;
                 })
                 .await
+        });
+    }
+    if let Some(interval) = settings.maintenance_interval
+        && !settings.service.read_only
+    {
+        let stop = shutdown.subscribe();
+        let service = service.clone();
+        tasks.spawn(async move {
+            crate::maintenance::run(service, interval, stop).await;
+            Ok(())
         });
     }
     tracing::info!(%addr, ?grpc_addr, read_only = settings.service.read_only, "pgvs3 serving HTTP and gRPC");

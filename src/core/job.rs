@@ -270,3 +270,73 @@ pub struct QueueSummary {
     /// When the namespace was created.
     pub created_at: DateTime<Utc>,
 }
+
+/// A worker's heartbeat.
+#[derive(Debug, Clone, Default)]
+pub struct Heartbeat {
+    /// The worker.
+    pub worker_id: String,
+    /// Jobs it holds.
+    pub job_ids: Vec<String>,
+    /// With a single job: the lease it holds.
+    pub lease_token: Option<String>,
+    /// New lease length.
+    pub visibility_timeout_ms: Option<i64>,
+}
+
+/// What the server tells a worker.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord)]
+pub enum WorkerDirective {
+    /// Keep working.
+    Running,
+    /// Finish current jobs, fetch no more.
+    Quiet,
+    /// Stop now.
+    Terminate,
+}
+
+impl WorkerDirective {
+    /// The wire name.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            WorkerDirective::Running => "running",
+            WorkerDirective::Quiet => "quiet",
+            WorkerDirective::Terminate => "terminate",
+        }
+    }
+}
+
+/// The answer to a heartbeat.
+#[derive(Debug, Clone)]
+pub struct HeartbeatOutcome {
+    /// The directive.
+    pub directive: WorkerDirective,
+    /// Jobs whose leases were extended, with their new lease ends.
+    pub extended: Vec<(Uuid, DateTime<Utc>)>,
+}
+
+/// A page of dead letters.
+#[derive(Debug, Clone)]
+pub struct DeadLetterPage {
+    /// The jobs.
+    pub jobs: Vec<Job>,
+    /// How many there are in all.
+    pub total: i64,
+    /// The offset of this page.
+    pub offset: i64,
+    /// The page size asked for.
+    pub limit: i64,
+}
+
+/// What one maintenance pass did.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct MaintenanceReport {
+    /// Whether this gateway ran it (another may hold the pass).
+    pub ran: bool,
+    /// Expired leases released (available again, or discarded when exhausted).
+    pub released: i64,
+    /// Unstarted jobs discarded past expires_at.
+    pub expired: i64,
+    /// Terminal jobs removed after their retention.
+    pub removed: i64,
+}

@@ -13,7 +13,10 @@ use serde_json::json;
 
 use crate::store::Store;
 pub use error::{CoreError, ErrorKind};
-pub use job::{AckJob, EnqueueJob, FetchJobs, Job, JobState, NackJob, QueueSummary};
+pub use job::{
+    AckJob, DeadLetterPage, EnqueueJob, FetchJobs, Heartbeat, HeartbeatOutcome, Job, JobState,
+    MaintenanceReport, NackJob, QueueSummary, WorkerDirective,
+};
 
 /// Limits and defaults of the job operations.
 #[derive(Debug, Clone)]
@@ -30,6 +33,10 @@ pub struct ServiceSettings {
     pub max_fetch_wait_ms: i64,
     /// Whether this gateway rejects mutations (reported by health and manifest).
     pub read_only: bool,
+    /// How long terminal jobs are kept when their queue sets no retention.
+    pub job_retention_ms: i64,
+    /// Most rows one maintenance step touches per queue and kind of work.
+    pub maintenance_batch: i32,
 }
 
 impl Default for ServiceSettings {
@@ -41,6 +48,8 @@ impl Default for ServiceSettings {
             max_fetch_count: 100,
             max_fetch_wait_ms: 2_000,
             read_only: false,
+            job_retention_ms: 86_400_000,
+            maintenance_batch: 1000,
         }
     }
 }
@@ -167,6 +176,17 @@ impl Service {
 
     /// Claims jobs for a worker, long-polling up to `wait_ms` when none is ready.
     pub async fn fetch(&self, request: FetchJobs) -> Result<Vec<Job>, CoreError> {
+        self.fetch_then_idle(request, || {}).await
+    }
+
+    /// Like `fetch`; `before_wait` runs once, just before a long poll starts waiting (the adapters
+    /// use it to give back the request's admission slot).
+    pub async fn fetch_then_idle(
+        &self,
+        request: FetchJobs,
+        before_wait: impl FnOnce() + Send,
+    ) -> Result<Vec<Job>, CoreError> {
+        let mut before_wait = Some(before_wait);
         let s = &self.settings;
         if request.queues.is_empty() || request.queues.len() > s.max_fetch_queues {
             return Err(CoreError::invalid(format!(
@@ -223,6 +243,9 @@ impl Service {
             if !self.store.any_queue_exists(&request.queues).await? {
                 return Ok(jobs);
             }
+            if let Some(release) = before_wait.take() {
+                release();
+            }
             if !wakeups.wait_for(&request.queues, deadline).await {
                 return Ok(Vec::new());
             }
@@ -269,6 +292,119 @@ impl Service {
             other => other,
         };
         self.store.nack(id, token, &failure, request.requeue).await
+    }
+
+    /// Extends the leases of a worker's jobs and tells it what to do. A job whose meta carries
+    /// `test_directive` (`quiet`/`terminate`, the OJS conformance hook) sets the directive.
+    pub async fn heartbeat(&self, request: Heartbeat) -> Result<HeartbeatOutcome, CoreError> {
+        if request.worker_id.is_empty() {
+            return Err(CoreError::invalid("worker_id is required")
+                .with_detail("field", "worker_id".into()));
+        }
+        let ids = request
+            .job_ids
+            .iter()
+            .map(|id| validate::parse_job_id(id))
+            .collect::<Result<Vec<_>, _>>()?;
+        if ids.len() > 1 && request.lease_token.is_some() {
+            return Err(CoreError::invalid("lease_token applies to a single job_id"));
+        }
+        let token = validate::parse_lease_token(request.lease_token.as_deref())?;
+        if let Some(ms) = request.visibility_timeout_ms
+            && ms <= 0
+        {
+            return Err(CoreError::invalid(format!(
+                "visibility_timeout_ms must be positive, not {ms}"
+            )));
+        }
+        let extended = if ids.is_empty() {
+            Vec::new()
+        } else {
+            self.store
+                .heartbeat(
+                    &ids,
+                    &request.worker_id,
+                    token,
+                    request.visibility_timeout_ms,
+                    self.settings.default_visibility_timeout_ms,
+                )
+                .await?
+        };
+        let directive = extended
+            .iter()
+            .map(|(_, directive, _)| match directive.as_deref() {
+                Some("terminate") => WorkerDirective::Terminate,
+                Some("quiet") => WorkerDirective::Quiet,
+                _ => WorkerDirective::Running,
+            })
+            .max()
+            .unwrap_or(WorkerDirective::Running);
+        Ok(HeartbeatOutcome {
+            directive,
+            extended: extended
+                .into_iter()
+                .map(|(id, _, until)| (id, until))
+                .collect(),
+        })
+    }
+
+    /// Makes a pending job available.
+    pub async fn activate_job(&self, id: &str) -> Result<Job, CoreError> {
+        let id = validate::parse_job_id(id)?;
+        self.store.activate(id).await
+    }
+
+    /// A page of dead letters, of one queue or of all.
+    pub async fn dead_letters(
+        &self,
+        queue: Option<&str>,
+        limit: Option<i64>,
+        offset: Option<i64>,
+    ) -> Result<DeadLetterPage, CoreError> {
+        if let Some(q) = queue {
+            validate::check_queue_name(q)?;
+        }
+        let limit = limit.unwrap_or(50);
+        if !(1..=200).contains(&limit) {
+            return Err(CoreError::invalid(format!(
+                "limit must be between 1 and 200, not {limit}"
+            )));
+        }
+        let offset = offset.unwrap_or(0);
+        if offset < 0 {
+            return Err(CoreError::invalid(format!(
+                "offset must not be negative, not {offset}"
+            )));
+        }
+        let (jobs, total) = self.store.dead_letters(queue, limit, offset).await?;
+        Ok(DeadLetterPage {
+            jobs,
+            total,
+            offset,
+            limit,
+        })
+    }
+
+    /// Puts a dead letter back as available with its attempts reset.
+    pub async fn retry_dead_letter(&self, id: &str) -> Result<Job, CoreError> {
+        let id = validate::parse_job_id(id)?;
+        self.store.retry_dead_letter(id).await
+    }
+
+    /// Deletes a dead letter for good.
+    pub async fn delete_dead_letter(&self, id: &str) -> Result<Job, CoreError> {
+        let id = validate::parse_job_id(id)?;
+        self.store.delete_dead_letter(id).await
+    }
+
+    /// One maintenance pass (skipped at once when another gateway holds it).
+    pub async fn maintain(&self) -> Result<MaintenanceReport, CoreError> {
+        self.store
+            .maintain(
+                self.settings.job_retention_ms,
+                self.settings.maintenance_batch,
+            )
+            .await
     }
 
     /// Every queue namespace.

@@ -7,7 +7,7 @@ use serde_json::{Map, Number, Value, json};
 use super::proto::ojs::v1 as pb;
 use crate::core::job::{Failure, JobOptions, RetryPolicy};
 use crate::core::time::{format_duration_ms, format_time};
-use crate::core::{CoreError, EnqueueJob, Job, JobState};
+use crate::core::{CoreError, EnqueueJob, Job, JobState, WorkerDirective};
 
 /// JSON → protobuf Value.
 pub fn to_value(value: &Value) -> prost_types::Value {
@@ -306,4 +306,13 @@ pub fn next_attempt_at(job: &Job) -> Option<prost_types::Timestamp> {
 /// A queue's creation time.
 pub fn created_at(t: &DateTime<Utc>) -> prost_types::Timestamp {
     timestamp(t)
+}
+
+/// A worker directive as the proto enum.
+pub fn directive(directive: WorkerDirective) -> pb::WorkerState {
+    match directive {
+        WorkerDirective::Running => pb::WorkerState::Running,
+        WorkerDirective::Quiet => pb::WorkerState::Quiet,
+        WorkerDirective::Terminate => pb::WorkerState::Terminate,
+    }
 }

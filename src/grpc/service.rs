@@ -10,8 +10,8 @@ use super::convert;
 use super::proto::ojs::v1 as pb;
 use super::proto::ojs::v1::ojs_service_server::OjsService;
 use super::status_of;
-use crate::core::{AckJob, CoreError, FetchJobs, NackJob, Service};
-use crate::middleware::RequestId;
+use crate::core::{AckJob, CoreError, FetchJobs, Heartbeat, NackJob, Service};
+use crate::middleware::{AdmissionSlot, RequestId};
 
 /// The gRPC binding of the service.
 #[derive(Clone)]
@@ -148,9 +148,19 @@ impl OjsService for GrpcAdapter {
 
     async fn activate_job(
         &self,
-        _: Request<pb::ActivateJobRequest>,
+        request: Request<pb::ActivateJobRequest>,
     ) -> Result<Response<pb::ActivateJobResponse>, Status> {
-        Err(not_yet("ActivateJob"))
+        let id = request_id(&request);
+        let result = self
+            .service
+            .activate_job(&request.into_inner().job_id)
+            .await;
+        answer(
+            &id,
+            result.map(|job| pb::ActivateJobResponse {
+                job: Some(convert::job(&job, false)),
+            }),
+        )
     }
 
     async fn fetch(
@@ -158,18 +168,21 @@ impl OjsService for GrpcAdapter {
         request: Request<pb::FetchRequest>,
     ) -> Result<Response<pb::FetchResponse>, Status> {
         let id = request_id(&request);
+        let slot = request
+            .extensions()
+            .get::<AdmissionSlot>()
+            .cloned()
+            .unwrap_or_default();
         let r = request.into_inner();
-        let result = self
-            .service
-            .fetch(FetchJobs {
-                queues: r.queues,
-                count: (r.count != 0).then_some(i64::from(r.count)),
-                worker_id: (!r.worker_id.is_empty()).then_some(r.worker_id),
-                visibility_timeout_ms: (r.visibility_timeout_ms != 0)
-                    .then_some(r.visibility_timeout_ms),
-                wait_ms: (r.wait_ms != 0).then_some(r.wait_ms),
-            })
-            .await;
+        let fetch = FetchJobs {
+            queues: r.queues,
+            count: (r.count != 0).then_some(i64::from(r.count)),
+            worker_id: (!r.worker_id.is_empty()).then_some(r.worker_id),
+            visibility_timeout_ms: (r.visibility_timeout_ms != 0)
+                .then_some(r.visibility_timeout_ms),
+            wait_ms: (r.wait_ms != 0).then_some(r.wait_ms),
+        };
+        let result = self.service.fetch_then_idle(fetch, || slot.release()).await;
         answer(
             &id,
             result.map(|jobs| pb::FetchResponse {
@@ -237,9 +250,54 @@ impl OjsService for GrpcAdapter {
 
     async fn heartbeat(
         &self,
-        _: Request<pb::HeartbeatRequest>,
+        request: Request<pb::HeartbeatRequest>,
     ) -> Result<Response<pb::HeartbeatResponse>, Status> {
-        Err(not_yet("Heartbeat"))
+        let id = request_id(&request);
+        let r = request.into_inner();
+        // `id` names a job when it parses as one; otherwise it is the worker's id.
+        let mut job_ids = r.job_ids;
+        let id_is_job = uuid::Uuid::try_parse(&r.id).is_ok();
+        if id_is_job {
+            job_ids.push(r.id.clone());
+        }
+        let worker_id = if !r.worker_id.is_empty() || id_is_job {
+            r.worker_id
+        } else {
+            r.id
+        };
+        let visibility = if r.visibility_timeout_ms != 0 {
+            Some(r.visibility_timeout_ms)
+        } else {
+            r.extend_by
+                .as_ref()
+                .map(|d| d.seconds * 1000 + i64::from(d.nanos) / 1_000_000)
+        };
+        let result = self
+            .service
+            .heartbeat(Heartbeat {
+                worker_id,
+                job_ids,
+                lease_token: (!r.lease_token.is_empty()).then_some(r.lease_token),
+                visibility_timeout_ms: visibility,
+            })
+            .await;
+        answer(
+            &id,
+            result.map(|outcome| pb::HeartbeatResponse {
+                directed_state: convert::directive(outcome.directive) as i32,
+                new_deadline: outcome
+                    .extended
+                    .iter()
+                    .map(|(_, until)| *until)
+                    .min()
+                    .map(|t| convert::created_at(&t)),
+                jobs_extended: outcome
+                    .extended
+                    .iter()
+                    .map(|(job, _)| job.to_string())
+                    .collect(),
+            }),
+        )
     }
 
     type StreamJobsStream = BoxStream<pb::Job>;
@@ -306,23 +364,73 @@ impl OjsService for GrpcAdapter {
 
     async fn list_dead_letter(
         &self,
-        _: Request<pb::ListDeadLetterRequest>,
+        request: Request<pb::ListDeadLetterRequest>,
     ) -> Result<Response<pb::ListDeadLetterResponse>, Status> {
-        Err(not_yet("ListDeadLetter"))
+        let id = request_id(&request);
+        let r = request.into_inner();
+        // The cursor is the offset of the next page.
+        let offset = match r.cursor.as_str() {
+            "" => Ok(None),
+            cursor => cursor.parse::<i64>().map(Some).map_err(|_| {
+                CoreError::invalid(format!(
+                    "cursor {cursor:?} is not a cursor this server issued"
+                ))
+            }),
+        };
+        let result = match offset {
+            Ok(offset) => {
+                let queue = (!r.queue.is_empty()).then_some(r.queue);
+                let limit = (r.limit != 0).then_some(i64::from(r.limit));
+                self.service
+                    .dead_letters(queue.as_deref(), limit, offset)
+                    .await
+            }
+            Err(e) => Err(e),
+        };
+        answer(
+            &id,
+            result.map(|page| {
+                let next = page.offset + page.jobs.len() as i64;
+                pb::ListDeadLetterResponse {
+                    jobs: page.jobs.iter().map(|j| convert::job(j, false)).collect(),
+                    total_count: page.total,
+                    next_cursor: if next < page.total {
+                        next.to_string()
+                    } else {
+                        String::new()
+                    },
+                }
+            }),
+        )
     }
 
     async fn retry_dead_letter(
         &self,
-        _: Request<pb::RetryDeadLetterRequest>,
+        request: Request<pb::RetryDeadLetterRequest>,
     ) -> Result<Response<pb::RetryDeadLetterResponse>, Status> {
-        Err(not_yet("RetryDeadLetter"))
+        let id = request_id(&request);
+        let result = self
+            .service
+            .retry_dead_letter(&request.into_inner().job_id)
+            .await;
+        answer(
+            &id,
+            result.map(|job| pb::RetryDeadLetterResponse {
+                job: Some(convert::job(&job, false)),
+            }),
+        )
     }
 
     async fn delete_dead_letter(
         &self,
-        _: Request<pb::DeleteDeadLetterRequest>,
+        request: Request<pb::DeleteDeadLetterRequest>,
     ) -> Result<Response<pb::DeleteDeadLetterResponse>, Status> {
-        Err(not_yet("DeleteDeadLetter"))
+        let id = request_id(&request);
+        let result = self
+            .service
+            .delete_dead_letter(&request.into_inner().job_id)
+            .await;
+        answer(&id, result.map(|_| pb::DeleteDeadLetterResponse {}))
     }
 
     async fn register_cron(

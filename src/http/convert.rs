@@ -1,8 +1,8 @@
 //! Core types ↔ OpenAPI wire types.
 
-use crate::core::job::{Failure, JobOptions, RetryPolicy};
+use crate::core::job::{Failure, Heartbeat, JobOptions, RetryPolicy};
 use crate::core::time::{format_duration_ms, format_time};
-use crate::core::{EnqueueJob, Job, JobState};
+use crate::core::{CoreError, EnqueueJob, Job, JobState};
 
 use super::api::types;
 
@@ -134,4 +134,40 @@ pub fn nack_response(job: &Job) -> types::NackResponse {
         completed_at: wire.completed_at.clone(),
         job: wire,
     }
+}
+
+/// A heartbeat in core terms: job ids from `active_jobs` (array, or a count with
+/// `active_job_ids`), `active_job_ids` and `job_id`.
+pub fn heartbeat(body: types::HeartbeatRequest) -> Result<Heartbeat, CoreError> {
+    let mut job_ids = Vec::new();
+    match body.active_jobs {
+        None | Some(serde_json::Value::Null) | Some(serde_json::Value::Number(_)) => {}
+        Some(serde_json::Value::Array(items)) => {
+            for item in items {
+                match item {
+                    serde_json::Value::String(id) => job_ids.push(id),
+                    _ => {
+                        return Err(CoreError::invalid(
+                            "active_jobs must list job ids as strings",
+                        ));
+                    }
+                }
+            }
+        }
+        Some(_) => {
+            return Err(CoreError::invalid(
+                "active_jobs must be an array of job ids or a count",
+            ));
+        }
+    }
+    job_ids.extend(body.active_job_ids.unwrap_or_default());
+    job_ids.extend(body.job_id);
+    job_ids.sort();
+    job_ids.dedup();
+    Ok(Heartbeat {
+        worker_id: body.worker_id,
+        job_ids,
+        lease_token: body.lease_token,
+        visibility_timeout_ms: body.visibility_timeout_ms,
+    })
 }

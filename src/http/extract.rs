@@ -8,13 +8,15 @@ use serde_json::Value;
 
 use super::ApiError;
 use crate::core::{CoreError, ErrorKind};
-use crate::middleware::{BodyLimit, RequestId};
+use crate::middleware::{AdmissionSlot, BodyLimit, RequestId};
 
 /// What every operation knows about its request.
 #[derive(Debug, Clone)]
 pub struct RequestContext {
     /// The request id, echoed in `X-Request-Id` and error envelopes.
     pub request_id: String,
+    /// The request's admission slot, for operations that go idle.
+    pub admission: AdmissionSlot,
 }
 
 fn request_id_of(extensions: &http::Extensions) -> String {
@@ -30,6 +32,11 @@ impl<S: Send + Sync> FromRequestParts<S> for RequestContext {
     async fn from_request_parts(parts: &mut Parts, _: &S) -> Result<Self, Self::Rejection> {
         Ok(RequestContext {
             request_id: request_id_of(&parts.extensions),
+            admission: parts
+                .extensions
+                .get::<AdmissionSlot>()
+                .cloned()
+                .unwrap_or_default(),
         })
     }
 }

@@ -117,18 +117,19 @@ impl api::HttpApi for HttpAdapter {
 
     async fn fetch_jobs(
         &self,
-        _ctx: RequestContext,
+        ctx: RequestContext,
         body: types::FetchRequest,
     ) -> Result<api::FetchJobsResponse, ApiError> {
+        let request = FetchJobs {
+            queues: body.queues,
+            count: body.count,
+            worker_id: body.worker_id,
+            visibility_timeout_ms: body.visibility_timeout_ms,
+            wait_ms: body.wait_ms,
+        };
         let jobs = self
             .service
-            .fetch(FetchJobs {
-                queues: body.queues,
-                count: body.count,
-                worker_id: body.worker_id,
-                visibility_timeout_ms: body.visibility_timeout_ms,
-                wait_ms: body.wait_ms,
-            })
+            .fetch_then_idle(request, || ctx.admission.release())
             .await?;
         let jobs: Vec<types::Job> = jobs.iter().map(|j| convert::job(j, true)).collect();
         Ok(api::FetchJobsResponse::Ok(types::FetchResponse {
@@ -201,6 +202,82 @@ impl api::HttpApi for HttpAdapter {
                 offset: None,
                 next_cursor: None,
             },
+        }))
+    }
+
+    async fn activate_job(
+        &self,
+        _ctx: RequestContext,
+        id: String,
+    ) -> Result<api::ActivateJobResponse, ApiError> {
+        let job = self.service.activate_job(&id).await?;
+        Ok(api::ActivateJobResponse::Ok(types::JobEnvelope {
+            job: convert::job(&job, false),
+        }))
+    }
+
+    async fn heartbeat(
+        &self,
+        _ctx: RequestContext,
+        body: types::HeartbeatRequest,
+    ) -> Result<api::HeartbeatResponse, ApiError> {
+        let outcome = self.service.heartbeat(convert::heartbeat(body)?).await?;
+        let directive = outcome.directive.as_str().to_string();
+        Ok(api::HeartbeatResponse::Ok(types::HeartbeatResponse {
+            state: directive.clone(),
+            directive,
+            jobs_extended: outcome
+                .extended
+                .iter()
+                .map(|(id, _)| id.to_string())
+                .collect(),
+            server_time: format_time(&chrono::Utc::now()),
+        }))
+    }
+
+    async fn list_dead_letter(
+        &self,
+        _ctx: RequestContext,
+        query: api::ListDeadLetterQuery,
+    ) -> Result<api::ListDeadLetterResponse, ApiError> {
+        let page = self
+            .service
+            .dead_letters(query.queue.as_deref(), query.limit, query.offset)
+            .await?;
+        let has_more = page.offset + (page.jobs.len() as i64) < page.total;
+        Ok(api::ListDeadLetterResponse::Ok(types::DeadLetterList {
+            jobs: page.jobs.iter().map(|j| convert::job(j, false)).collect(),
+            pagination: types::Pagination {
+                total: page.total,
+                has_more,
+                limit: Some(page.limit),
+                offset: Some(page.offset),
+                next_cursor: None,
+            },
+        }))
+    }
+
+    async fn retry_dead_letter(
+        &self,
+        _ctx: RequestContext,
+        id: String,
+        _body: Option<types::Empty>,
+    ) -> Result<api::RetryDeadLetterResponse, ApiError> {
+        let job = self.service.retry_dead_letter(&id).await?;
+        Ok(api::RetryDeadLetterResponse::Ok(types::JobEnvelope {
+            job: convert::job(&job, false),
+        }))
+    }
+
+    async fn delete_dead_letter(
+        &self,
+        _ctx: RequestContext,
+        id: String,
+    ) -> Result<api::DeleteDeadLetterResponse, ApiError> {
+        let job = self.service.delete_dead_letter(&id).await?;
+        Ok(api::DeleteDeadLetterResponse::Ok(types::Deleted {
+            deleted: true,
+            job_id: job.id.to_string(),
         }))
     }
 }

@@ -2,7 +2,7 @@
 //! beyond it are refused at once (429 + Retry-After, gRPC RESOURCE_EXHAUSTED), never queued.
 
 use std::pin::Pin;
-use std::sync::Arc;
+use std::sync::{Arc, Mutex};
 use std::task::{Context, Poll};
 
 use axum::body::Body;
@@ -15,10 +15,23 @@ use tokio::sync::OwnedSemaphorePermit;
 use super::{Operation, Protocol, RequestId, StackState, reject};
 use crate::core::{CoreError, ErrorKind};
 
-/// A response body that holds the admission permit until it has been sent.
+/// The admission slot of one request; an operation that goes idle (a long poll) gives it back.
+#[derive(Clone, Default, Debug)]
+pub struct AdmissionSlot(Arc<Mutex<Option<OwnedSemaphorePermit>>>);
+
+impl AdmissionSlot {
+    /// Gives the slot back before the request ends.
+    pub fn release(&self) {
+        if let Ok(mut permit) = self.0.lock() {
+            permit.take();
+        }
+    }
+}
+
+/// A response body that holds the admission slot until it has been sent.
 struct PermitBody {
     inner: Body,
-    _permit: OwnedSemaphorePermit,
+    _slot: AdmissionSlot,
 }
 
 impl http_body::Body for PermitBody {
@@ -42,7 +55,11 @@ impl http_body::Body for PermitBody {
 }
 
 /// Admits a request if a slot is free.
-pub async fn admit(State(state): State<Arc<StackState>>, request: Request, next: Next) -> Response {
+pub async fn admit(
+    State(state): State<Arc<StackState>>,
+    mut request: Request,
+    next: Next,
+) -> Response {
     let Ok(permit) = state.admission.clone().try_acquire_owned() else {
         let protocol = request
             .extensions()
@@ -62,13 +79,15 @@ pub async fn admit(State(state): State<Arc<StackState>>, request: Request, next:
             &id,
         );
     };
+    let slot = AdmissionSlot(Arc::new(Mutex::new(Some(permit))));
+    request.extensions_mut().insert(slot.clone());
     let response = next.run(request).await;
     let (parts, body) = response.into_parts();
     Response::from_parts(
         parts,
         Body::new(PermitBody {
             inner: body,
-            _permit: permit,
+            _slot: slot,
         }),
     )
 }

@@ -16,6 +16,7 @@ use axum::response::{IntoResponse, Response};
 use tokio::sync::Semaphore;
 
 use crate::core::CoreError;
+pub use admission::AdmissionSlot;
 pub use body_limit::BodyLimit;
 pub use operation::{Operation, Protocol, classify};
 pub use request_id::RequestId;

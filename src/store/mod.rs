@@ -11,7 +11,7 @@ use sqlx::postgres::{PgConnectOptions, PgPool, PgPoolOptions};
 use uuid::Uuid;
 
 use crate::core::job::RetryPolicy;
-use crate::core::{CoreError, ErrorKind, Job, JobState, QueueSummary};
+use crate::core::{CoreError, ErrorKind, Job, JobState, MaintenanceReport, QueueSummary};
 pub use signals::{JobSignals, JobWakeups};
 
 /// The database handle of the service.
@@ -321,6 +321,101 @@ impl Store {
             .await
             .map_err(map_db_error)?;
         one(rows, id)
+    }
+
+    /// `s3p.heartbeat`: the extended jobs with their directive and new lease end.
+    pub async fn heartbeat(
+        &self,
+        ids: &[Uuid],
+        worker: &str,
+        token: Option<Uuid>,
+        visibility_ms: Option<i64>,
+        default_visibility_ms: i64,
+    ) -> Result<Vec<(Uuid, Option<String>, DateTime<Utc>)>, CoreError> {
+        sqlx::query_as(
+            "SELECT id, directive, lease_expires_at FROM s3p.heartbeat($1, $2, $3, $4, $5)",
+        )
+        .bind(ids)
+        .bind(worker)
+        .bind(token)
+        .bind(visibility_ms)
+        .bind(default_visibility_ms)
+        .fetch_all(&self.pool)
+        .await
+        .map_err(map_db_error)
+    }
+
+    /// `s3p.activate`.
+    pub async fn activate(&self, id: Uuid) -> Result<Job, CoreError> {
+        let rows = sqlx::query_as("SELECT * FROM s3p.activate($1)")
+            .bind(id)
+            .fetch_all(&self.pool)
+            .await
+            .map_err(map_db_error)?;
+        one(rows, id)
+    }
+
+    /// `s3p.dead_letters` and `s3p.dead_letter_count`.
+    pub async fn dead_letters(
+        &self,
+        queue: Option<&str>,
+        limit: i64,
+        offset: i64,
+    ) -> Result<(Vec<Job>, i64), CoreError> {
+        let rows = sqlx::query_as("SELECT * FROM s3p.dead_letters($1, $2, $3)")
+            .bind(queue)
+            .bind(limit as i32)
+            .bind(offset as i32)
+            .fetch_all(&self.pool)
+            .await
+            .map_err(map_db_error)?;
+        let total: i64 = sqlx::query_scalar("SELECT s3p.dead_letter_count($1)")
+            .bind(queue)
+            .fetch_one(&self.pool)
+            .await
+            .map_err(map_db_error)?;
+        Ok((jobs(rows)?, total))
+    }
+
+    /// `s3p.retry_dead_letter`.
+    pub async fn retry_dead_letter(&self, id: Uuid) -> Result<Job, CoreError> {
+        let rows = sqlx::query_as("SELECT * FROM s3p.retry_dead_letter($1)")
+            .bind(id)
+            .fetch_all(&self.pool)
+            .await
+            .map_err(map_db_error)?;
+        one(rows, id)
+    }
+
+    /// `s3p.delete_dead_letter`.
+    pub async fn delete_dead_letter(&self, id: Uuid) -> Result<Job, CoreError> {
+        let rows = sqlx::query_as("SELECT * FROM s3p.delete_dead_letter($1)")
+            .bind(id)
+            .fetch_all(&self.pool)
+            .await
+            .map_err(map_db_error)?;
+        one(rows, id)
+    }
+
+    /// `s3p.maintain`.
+    pub async fn maintain(
+        &self,
+        retention_ms: i64,
+        batch: i32,
+    ) -> Result<MaintenanceReport, CoreError> {
+        let (ran, released, expired, removed): (bool, i64, i64, i64) =
+            sqlx::query_as("SELECT ran, released, expired, removed FROM s3p.maintain($1, $2)")
+                .bind(retention_ms)
+                .bind(batch)
+                .fetch_one(&self.pool)
+                .await
+                .map_err(map_db_error)?;
+        Ok(MaintenanceReport {
+            ran,
+            released,
+            expired,
+            removed,
+        })
     }
 
     /// `s3p.list_queues`.

@@ -70,12 +70,19 @@ struct Report {
 fn conformance_dir() -> PathBuf {
     match std::env::var("OJS_CONFORMANCE_DIR") {
         Ok(dir) if !dir.trim().is_empty() => PathBuf::from(dir),
-        _ => Path::new(env!("CARGO_MANIFEST_DIR")).join("../shared/ojs-conformance"),
+        // Beside the checkout (the workspace layout), else the workspace's shared folder.
+        _ => [
+            Path::new(env!("CARGO_MANIFEST_DIR")).join("../shared/ojs-conformance"),
+            PathBuf::from("/work/shared/ojs-conformance"),
+        ]
+        .into_iter()
+        .find(|p| p.is_dir())
+        .unwrap_or_else(|| Path::new(env!("CARGO_MANIFEST_DIR")).join("../shared/ojs-conformance")),
     }
 }
 
 fn levels() -> Vec<u32> {
-    let raw = std::env::var("OJS_LEVELS").unwrap_or_else(|_| "0".to_string());
+    let raw = std::env::var("OJS_LEVELS").unwrap_or_else(|_| "0,1".to_string());
     raw.split(',')
         .map(str::trim)
         .filter(|s| !s.is_empty())

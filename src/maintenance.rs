@@ -1,0 +1,27 @@
+//! The maintenance loop: one pass every interval; the database lets one gateway run it at a time.
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use tokio::sync::watch;
+
+use crate::core::Service;
+
+/// Runs `service.maintain()` every `interval` until `stop` turns true.
+pub async fn run(service: Arc<Service>, interval: Duration, mut stop: watch::Receiver<bool>) {
+    let mut ticker = tokio::time::interval(interval);
+    ticker.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+    loop {
+        tokio::select! {
+            _ = ticker.tick() => {}
+            _ = stop.wait_for(|s| *s) => return,
+        }
+        match service.maintain().await {
+            Ok(report) if report.released + report.expired + report.removed > 0 => {
+                tracing::info!(?report, "maintenance pass");
+            }
+            Ok(_) => {}
+            Err(error) => tracing::warn!(%error, "maintenance pass failed"),
+        }
+    }
+}
