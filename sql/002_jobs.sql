@@ -231,30 +231,40 @@ BEGIN
 END
 $$;
 
--- One maintenance pass over every queue, run by one gateway at a time (others skip at once).
--- Each queue's step is bounded by `batch` rows per kind of work.
+-- One maintenance pass over every queue, run by one gateway at a time (others skip at once): each
+-- queue's job step and stream step (defined with the stream template), each bounded by `batch`.
 CREATE OR REPLACE FUNCTION s3p.maintain(default_retention_ms bigint, batch int)
-RETURNS TABLE (ran boolean, released bigint, expired bigint, removed bigint)
+RETURNS TABLE (ran boolean, released bigint, expired bigint, removed bigint,
+               retries_moved bigint, rotations bigint)
 LANGUAGE plpgsql AS $$
 DECLARE
     q record;
     r record;
+    s record;
     total_released bigint := 0;
     total_expired bigint := 0;
     total_removed bigint := 0;
+    total_moved bigint := 0;
+    total_rotations bigint := 0;
 BEGIN
     IF NOT pg_try_advisory_xact_lock(hashtext('s3p.maintain')) THEN
-        RETURN QUERY SELECT false, 0::bigint, 0::bigint, 0::bigint;
+        RETURN QUERY SELECT false, 0::bigint, 0::bigint, 0::bigint, 0::bigint, 0::bigint;
         RETURN;
     END IF;
     FOR q IN SELECT name, schema_name, settings FROM s3p.queues ORDER BY name LOOP
         EXECUTE format('SELECT * FROM %I.maintain($1, $2)', q.schema_name)
             INTO r
             USING coalesce((q.settings->>'job_retention_ms')::bigint, default_retention_ms), batch;
+        EXECUTE format('SELECT * FROM %I.stream_maintain()', q.schema_name) INTO s;
         total_released := total_released + r.released;
         total_expired := total_expired + r.expired;
         total_removed := total_removed + r.removed;
+        total_moved := total_moved + s.retries_moved;
+        total_rotations := total_rotations + s.rotated::int;
+        IF s.retries_moved > 0 THEN
+            PERFORM pg_notify('s3p_streams', q.name);
+        END IF;
     END LOOP;
-    RETURN QUERY SELECT true, total_released, total_expired, total_removed;
+    RETURN QUERY SELECT true, total_released, total_expired, total_removed, total_moved, total_rotations;
 END
 $$;

@@ -17,7 +17,14 @@ pub async fn run(service: Arc<Service>, interval: Duration, mut stop: watch::Rec
             _ = stop.wait_for(|s| *s) => return,
         }
         match service.maintain().await {
-            Ok(report) if report.released + report.expired + report.removed > 0 => {
+            Ok(report)
+                if report.released
+                    + report.expired
+                    + report.removed
+                    + report.retries_moved
+                    + report.rotations
+                    > 0 =>
+            {
                 tracing::info!(?report, "maintenance pass");
             }
             Ok(_) => {}

@@ -25,6 +25,8 @@ pub enum ErrorKind {
     RateLimited,
     /// The request body exceeds the configured limit.
     PayloadTooLarge,
+    /// The next stream batch holds more events than the receive's `max`.
+    BatchTooLarge,
     /// An OJS version or feature this server does not support.
     Unsupported,
     /// The database or the server failed.
@@ -38,6 +40,7 @@ impl ErrorKind {
     pub fn code(self) -> &'static str {
         match self {
             ErrorKind::InvalidRequest | ErrorKind::PayloadTooLarge => "invalid_request",
+            ErrorKind::BatchTooLarge => "batch_too_large",
             ErrorKind::InvalidPayload => "invalid_payload",
             ErrorKind::ValidationError => "validation_error",
             ErrorKind::NotFound => "not_found",

@@ -339,4 +339,8 @@ pub struct MaintenanceReport {
     pub expired: i64,
     /// Terminal jobs removed after their retention.
     pub removed: i64,
+    /// Stream retries moved back into the log.
+    pub retries_moved: i64,
+    /// Stream segments rotated.
+    pub rotations: i64,
 }

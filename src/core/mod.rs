@@ -3,6 +3,7 @@
 
 pub mod error;
 pub mod job;
+pub mod stream;
 pub mod time;
 pub mod validate;
 
@@ -224,7 +225,7 @@ impl Service {
         }
         let deadline = tokio::time::Instant::now() + Duration::from_millis(wait_ms as u64);
         // Subscribe before the first claim so an enqueue between claim and wait is not missed.
-        let mut wakeups = self.store.job_signals().subscribe();
+        let mut wakeups = self.store.signals().subscribe();
         loop {
             let jobs = self
                 .store

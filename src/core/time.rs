@@ -55,6 +55,43 @@ pub fn parse_duration_ms(text: &str) -> Option<i64> {
     Some(total.round() as i64)
 }
 
+/// Parses a duration written `500ms`, `2s`, `1h30m`, `720h`, `7d` or as ISO-8601 (`PT2S`) into ms.
+pub fn parse_flexible_duration_ms(text: &str) -> Option<i64> {
+    let text = text.trim();
+    if text.starts_with('P') {
+        return parse_duration_ms(text);
+    }
+    let mut total = 0f64;
+    let mut rest = text;
+    if rest.is_empty() {
+        return None;
+    }
+    while !rest.is_empty() {
+        let digits = rest
+            .find(|c: char| !(c.is_ascii_digit() || c == '.'))
+            .unwrap_or(rest.len());
+        if digits == 0 {
+            return None;
+        }
+        let value: f64 = rest[..digits].parse().ok()?;
+        rest = &rest[digits..];
+        let unit_len = rest
+            .find(|c: char| c.is_ascii_digit() || c == '.')
+            .unwrap_or(rest.len());
+        let factor = match &rest[..unit_len] {
+            "ms" => 1.0,
+            "s" => 1_000.0,
+            "m" => 60_000.0,
+            "h" => 3_600_000.0,
+            "d" => 86_400_000.0,
+            _ => return None,
+        };
+        rest = &rest[unit_len..];
+        total += value * factor;
+    }
+    (total.is_finite() && total <= i64::MAX as f64).then_some(total.round() as i64)
+}
+
 /// Renders milliseconds as an ISO-8601 duration (`PT1S`, `PT0.5S`, `PT5M`).
 pub fn format_duration_ms(ms: i64) -> String {
     if ms % 3_600_000 == 0 && ms != 0 {
@@ -85,6 +122,18 @@ mod tests {
         assert_eq!(format_duration_ms(1000), "PT1S");
         assert_eq!(format_duration_ms(300_000), "PT5M");
         assert_eq!(format_duration_ms(500), "PT0.5S");
+    }
+
+    #[test]
+    fn flexible_durations_take_both_spellings() {
+        assert_eq!(parse_flexible_duration_ms("500ms"), Some(500));
+        assert_eq!(parse_flexible_duration_ms("2s"), Some(2000));
+        assert_eq!(parse_flexible_duration_ms("720h"), Some(2_592_000_000));
+        assert_eq!(parse_flexible_duration_ms("1h30m"), Some(5_400_000));
+        assert_eq!(parse_flexible_duration_ms("PT2S"), Some(2000));
+        assert_eq!(parse_flexible_duration_ms("2"), None);
+        assert_eq!(parse_flexible_duration_ms("2 weeks"), None);
+        assert_eq!(parse_flexible_duration_ms(""), None);
     }
 
     #[test]

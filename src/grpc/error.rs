@@ -20,6 +20,7 @@ pub fn code_of(kind: ErrorKind) -> Code {
         }
         ErrorKind::ReadOnly => Code::PermissionDenied,
         ErrorKind::RateLimited | ErrorKind::PayloadTooLarge => Code::ResourceExhausted,
+        ErrorKind::BatchTooLarge => Code::OutOfRange,
         ErrorKind::Backend => Code::Internal,
         ErrorKind::Unavailable => Code::Unavailable,
     }

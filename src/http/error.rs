@@ -41,7 +41,7 @@ pub fn status_of(kind: ErrorKind) -> StatusCode {
         ErrorKind::Conflict | ErrorKind::Duplicate | ErrorKind::StaleLease => StatusCode::CONFLICT,
         ErrorKind::ReadOnly => StatusCode::FORBIDDEN,
         ErrorKind::RateLimited => StatusCode::TOO_MANY_REQUESTS,
-        ErrorKind::PayloadTooLarge => StatusCode::PAYLOAD_TOO_LARGE,
+        ErrorKind::PayloadTooLarge | ErrorKind::BatchTooLarge => StatusCode::PAYLOAD_TOO_LARGE,
         ErrorKind::Backend => StatusCode::INTERNAL_SERVER_ERROR,
         ErrorKind::Unavailable => StatusCode::SERVICE_UNAVAILABLE,
     }
@@ -65,6 +65,7 @@ fn hint_of(kind: ErrorKind) -> &'static str {
         ErrorKind::ReadOnly => "Send mutations to a writable gateway.",
         ErrorKind::RateLimited => "Retry after the Retry-After interval.",
         ErrorKind::PayloadTooLarge => "Send a smaller body, or split a batch.",
+        ErrorKind::BatchTooLarge => "Receive again with a larger max; the cursor did not move.",
         ErrorKind::Unsupported => "Use OJS-Version 1.0.",
         ErrorKind::Backend | ErrorKind::Unavailable => "Retry later; the database is failing.",
     }

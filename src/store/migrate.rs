@@ -9,11 +9,15 @@ use crate::core::CoreError;
 const MIGRATIONS: &[(i32, &str, &str)] = &[
     (1, "catalog", include_str!("../../sql/001_catalog.sql")),
     (2, "jobs", include_str!("../../sql/002_jobs.sql")),
+    (3, "streams", include_str!("../../sql/003_streams.sql")),
 ];
 
 /// The queue schema template and its version; bump the version whenever the template changes.
 const QUEUE_TEMPLATE_VERSION: i32 = 1;
-const QUEUE_TEMPLATE: &str = include_str!("../../sql/queue_template.sql");
+const QUEUE_TEMPLATE: &str = concat!(
+    include_str!("../../sql/queue_template.sql"),
+    include_str!("../../sql/stream_template.sql")
+);
 
 /// Applies pending migrations under an advisory lock, installs the queue template and upgrades
 /// every existing queue schema to it.

@@ -2,6 +2,7 @@
 
 pub mod migrate;
 pub mod signals;
+mod stream;
 
 use std::time::Duration;
 
@@ -12,13 +13,13 @@ use uuid::Uuid;
 
 use crate::core::job::RetryPolicy;
 use crate::core::{CoreError, ErrorKind, Job, JobState, MaintenanceReport, QueueSummary};
-pub use signals::{JobSignals, JobWakeups};
+pub use signals::{Signals, Wakeups};
 
 /// The database handle of the service.
 #[derive(Clone)]
 pub struct Store {
     pool: PgPool,
-    signals: JobSignals,
+    signals: Signals,
 }
 
 /// One row of `s3p.job`.
@@ -134,6 +135,7 @@ pub fn map_db_error(error: sqlx::Error) -> CoreError {
                 Some("PV409") => ErrorKind::Conflict,
                 Some("PV410") => ErrorKind::StaleLease,
                 Some("PV411") => ErrorKind::Duplicate,
+                Some("PV413") => ErrorKind::BatchTooLarge,
                 Some("PV422") => ErrorKind::ValidationError,
                 // read_only_sql_transaction: the database is a standby.
                 Some("25006") => ErrorKind::ReadOnly,
@@ -184,7 +186,7 @@ impl Store {
             .connect_with(options)
             .await
             .map_err(map_db_error)?;
-        let signals = JobSignals::start(&pool).await?;
+        let signals = Signals::start(&pool).await?;
         Ok(Store { pool, signals })
     }
 
@@ -193,8 +195,8 @@ impl Store {
         &self.pool
     }
 
-    /// Wake-ups for long polls, fed by LISTEN/NOTIFY.
-    pub fn job_signals(&self) -> &JobSignals {
+    /// Wake-ups for long polls (jobs and streams), fed by LISTEN/NOTIFY.
+    pub fn signals(&self) -> &Signals {
         &self.signals
     }
 
@@ -403,8 +405,10 @@ impl Store {
         retention_ms: i64,
         batch: i32,
     ) -> Result<MaintenanceReport, CoreError> {
-        let (ran, released, expired, removed): (bool, i64, i64, i64) =
-            sqlx::query_as("SELECT ran, released, expired, removed FROM s3p.maintain($1, $2)")
+        let (ran, released, expired, removed, retries_moved, rotations): (bool, i64, i64, i64, i64, i64) =
+            sqlx::query_as(
+                "SELECT ran, released, expired, removed, retries_moved, rotations FROM s3p.maintain($1, $2)",
+            )
                 .bind(retention_ms)
                 .bind(batch)
                 .fetch_one(&self.pool)
@@ -415,6 +419,8 @@ impl Store {
             released,
             expired,
             removed,
+            retries_moved,
+            rotations,
         })
     }
 

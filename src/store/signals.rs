@@ -1,5 +1,5 @@
-//! Wake-ups for long-polling fetches: one LISTEN connection fans NOTIFY payloads (queue names) out
-//! to every waiting request.
+//! Wake-ups for long polls: one LISTEN connection fans NOTIFY payloads (queue names) on the jobs
+//! and streams channels out to every waiting request.
 
 use std::sync::Arc;
 use std::time::Duration;
@@ -14,24 +14,38 @@ use crate::core::CoreError;
 
 /// The channel `s3p.enqueue` notifies with the queue name.
 pub const JOBS_CHANNEL: &str = "s3p_jobs";
+/// The channel stream appends, retries and replays notify with the queue name.
+pub const STREAMS_CHANNEL: &str = "s3p_streams";
+
+/// Something became ready in a queue.
+#[derive(Debug, Clone)]
+struct Signal {
+    /// A stream event (else a job).
+    stream: bool,
+    /// The queue; empty means "anything" (sent after the listener reconnects).
+    queue: String,
+}
 
 /// The shared listener and its fan-out.
 #[derive(Clone)]
-pub struct JobSignals {
-    sender: broadcast::Sender<String>,
+pub struct Signals {
+    sender: broadcast::Sender<Signal>,
     task: Arc<JoinHandle<()>>,
 }
 
 /// One waiter's subscription.
-pub struct JobWakeups {
-    receiver: broadcast::Receiver<String>,
+pub struct Wakeups {
+    receiver: broadcast::Receiver<Signal>,
 }
 
-impl JobSignals {
-    /// Listens on the jobs channel with a connection of its own.
-    pub async fn start(pool: &PgPool) -> Result<JobSignals, CoreError> {
+impl Signals {
+    /// Listens on both channels with a connection of its own.
+    pub async fn start(pool: &PgPool) -> Result<Signals, CoreError> {
         let mut listener = PgListener::connect_with(pool).await.map_err(map_db_error)?;
-        listener.listen(JOBS_CHANNEL).await.map_err(map_db_error)?;
+        listener
+            .listen_all([JOBS_CHANNEL, STREAMS_CHANNEL])
+            .await
+            .map_err(map_db_error)?;
         let (sender, _) = broadcast::channel(1024);
         let fan_out = sender.clone();
         let task = tokio::spawn(async move {
@@ -39,27 +53,35 @@ impl JobSignals {
                 match listener.recv().await {
                     Ok(notification) => {
                         // No receivers is fine: nobody is waiting.
-                        let _ = fan_out.send(notification.payload().to_string());
+                        let _ = fan_out.send(Signal {
+                            stream: notification.channel() == STREAMS_CHANNEL,
+                            queue: notification.payload().to_string(),
+                        });
                     }
                     Err(error) => {
-                        // PgListener reconnects on the next recv; notifications may be missed meanwhile,
-                        // so wake every waiter to re-check.
-                        tracing::warn!(%error, "job listener lost its connection");
-                        let _ = fan_out.send(String::new());
+                        // PgListener reconnects on the next recv; notifications may be missed
+                        // meanwhile, so wake every waiter to check again.
+                        tracing::warn!(%error, "listener lost its connection");
+                        for stream in [false, true] {
+                            let _ = fan_out.send(Signal {
+                                stream,
+                                queue: String::new(),
+                            });
+                        }
                         tokio::time::sleep(Duration::from_millis(500)).await;
                     }
                 }
             }
         });
-        Ok(JobSignals {
+        Ok(Signals {
             sender,
             task: Arc::new(task),
         })
     }
 
     /// A new subscription; subscribe before checking for work so no signal is missed.
-    pub fn subscribe(&self) -> JobWakeups {
-        JobWakeups {
+    pub fn subscribe(&self) -> Wakeups {
+        Wakeups {
             receiver: self.sender.subscribe(),
         }
     }
@@ -70,14 +92,28 @@ impl JobSignals {
     }
 }
 
-impl JobWakeups {
-    /// Waits until one of `queues` is signalled (true) or the deadline passes (false).
+impl Wakeups {
+    /// Waits until jobs arrive in one of `queues` (true) or the deadline passes (false).
     pub async fn wait_for(&mut self, queues: &[String], deadline: Instant) -> bool {
+        self.wait(false, queues, deadline).await
+    }
+
+    /// Waits until stream events arrive in one of `queues` (true) or the deadline passes (false).
+    pub async fn wait_for_stream(&mut self, queues: &[String], deadline: Instant) -> bool {
+        self.wait(true, queues, deadline).await
+    }
+
+    async fn wait(&mut self, stream: bool, queues: &[String], deadline: Instant) -> bool {
         loop {
             match tokio::time::timeout_at(deadline, self.receiver.recv()).await {
                 Err(_) => return false,
-                Ok(Ok(queue)) if queue.is_empty() || queues.contains(&queue) => return true,
-                Ok(Ok(_)) => continue,
+                Ok(Ok(signal)) => {
+                    if signal.stream == stream
+                        && (signal.queue.is_empty() || queues.contains(&signal.queue))
+                    {
+                        return true;
+                    }
+                }
                 Ok(Err(broadcast::error::RecvError::Lagged(_))) => return true,
                 Ok(Err(broadcast::error::RecvError::Closed)) => {
                     tokio::time::sleep_until(deadline).await;

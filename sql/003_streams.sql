@@ -1,0 +1,151 @@
+-- Stream operations: one call each, dispatching to the queue schema's stream_* functions.
+-- PV413 batch_too_large joins the SQLSTATEs of 002_jobs.sql.
+
+-- The schema of an existing queue; raises not_found otherwise (reads never create queues).
+CREATE OR REPLACE FUNCTION s3p.existing_queue_schema(queue text) RETURNS text
+LANGUAGE plpgsql STABLE AS $$
+DECLARE
+    found_schema text := s3p.queue_schema(queue);
+BEGIN
+    IF found_schema IS NULL THEN
+        RAISE EXCEPTION 'queue % not found', queue USING ERRCODE = 'PV404';
+    END IF;
+    RETURN found_schema;
+END
+$$;
+
+-- Appends messages ([{id, type, payload, headers}]); creates the queue on first use.
+CREATE OR REPLACE FUNCTION s3p.stream_append(queue text, messages jsonb)
+RETURNS TABLE (event_id uuid, seq bigint)
+LANGUAGE plpgsql AS $$
+BEGIN
+    RETURN QUERY EXECUTE format('SELECT * FROM %I.stream_append($1)', s3p.ensure_queue_schema(queue))
+        USING messages;
+    PERFORM pg_notify('s3p_streams', queue);
+END
+$$;
+
+-- Subscribes a consumer; creates the queue on first use.
+CREATE OR REPLACE FUNCTION s3p.stream_subscribe(queue text, consumer text, from_tick bigint, cooperative boolean)
+RETURNS TABLE (consumer_name text, last_tick bigint, is_cooperative boolean, created boolean)
+LANGUAGE plpgsql AS $$
+BEGIN
+    RETURN QUERY EXECUTE format('SELECT * FROM %I.stream_subscribe($1, $2, $3)', s3p.ensure_queue_schema(queue))
+        USING consumer, from_tick, cooperative;
+END
+$$;
+
+CREATE OR REPLACE FUNCTION s3p.stream_unsubscribe(queue text, consumer text) RETURNS boolean
+LANGUAGE plpgsql AS $$
+DECLARE
+    done boolean;
+BEGIN
+    EXECUTE format('SELECT %I.stream_unsubscribe($1)', s3p.existing_queue_schema(queue)) INTO done USING consumer;
+    RETURN done;
+END
+$$;
+
+CREATE OR REPLACE FUNCTION s3p.stream_consumers(queue text)
+RETURNS TABLE (consumer text, last_tick bigint, next_tick bigint, cooperative boolean,
+               created_at timestamptz, ticks_behind bigint, active_batches jsonb)
+LANGUAGE plpgsql STABLE AS $$
+BEGIN
+    RETURN QUERY EXECUTE format('SELECT * FROM %I.stream_consumers()', s3p.existing_queue_schema(queue));
+END
+$$;
+
+CREATE OR REPLACE FUNCTION s3p.stream_receive(queue text, consumer text, member text, max_events int, new_batch uuid)
+RETURNS TABLE (batch_id uuid, consumer_name text, member_name text, start_tick bigint, end_tick bigint,
+               state text, batch_created_at timestamptz, seq bigint, event_id uuid, type text,
+               payload jsonb, headers jsonb, retry_count int, created_at timestamptz)
+LANGUAGE plpgsql AS $$
+BEGIN
+    RETURN QUERY EXECUTE format('SELECT * FROM %I.stream_receive($1, $2, $3, $4)', s3p.existing_queue_schema(queue))
+        USING consumer, member, max_events, new_batch;
+END
+$$;
+
+CREATE OR REPLACE FUNCTION s3p.stream_batch(queue text, id uuid)
+RETURNS TABLE (batch_id uuid, consumer_name text, member_name text, start_tick bigint, end_tick bigint,
+               state text, batch_created_at timestamptz, seq bigint, event_id uuid, type text,
+               payload jsonb, headers jsonb, retry_count int, created_at timestamptz)
+LANGUAGE plpgsql STABLE AS $$
+BEGIN
+    RETURN QUERY EXECUTE format('SELECT * FROM %I.stream_batch_contents($1)', s3p.existing_queue_schema(queue))
+        USING id;
+    IF NOT FOUND THEN
+        RAISE EXCEPTION 'batch % not found', id USING ERRCODE = 'PV404';
+    END IF;
+END
+$$;
+
+CREATE OR REPLACE FUNCTION s3p.stream_ack(queue text, id uuid, consumer text)
+RETURNS TABLE (consumer_name text, cursor_tick bigint)
+LANGUAGE plpgsql AS $$
+BEGIN
+    RETURN QUERY EXECUTE format('SELECT * FROM %I.stream_ack($1, $2)', s3p.existing_queue_schema(queue))
+        USING id, consumer;
+END
+$$;
+
+CREATE OR REPLACE FUNCTION s3p.stream_nack(queue text, id uuid, consumer text, message uuid, retry_after_ms bigint, reason text)
+RETURNS TABLE (outcome text, retry_count int, due_at timestamptz)
+LANGUAGE plpgsql AS $$
+BEGIN
+    RETURN QUERY EXECUTE format('SELECT * FROM %I.stream_nack($1, $2, $3, $4, $5)', s3p.existing_queue_schema(queue))
+        USING id, consumer, message, retry_after_ms, reason;
+END
+$$;
+
+CREATE OR REPLACE FUNCTION s3p.stream_info(queue text) RETURNS jsonb
+LANGUAGE plpgsql STABLE AS $$
+DECLARE
+    info jsonb;
+BEGIN
+    EXECUTE format('SELECT %I.stream_info()', s3p.existing_queue_schema(queue)) INTO info;
+    RETURN info;
+END
+$$;
+
+CREATE OR REPLACE FUNCTION s3p.stream_configure(queue text, max_retries int, retention_ms bigint)
+RETURNS TABLE (max_retries_now int, retention_ms_now bigint)
+LANGUAGE plpgsql AS $$
+BEGIN
+    RETURN QUERY EXECUTE format('SELECT * FROM %I.stream_configure($1, $2)', s3p.existing_queue_schema(queue))
+        USING max_retries, retention_ms;
+END
+$$;
+
+CREATE OR REPLACE FUNCTION s3p.stream_dead_letters(queue text, page_size int, page_offset int)
+RETURNS TABLE (id uuid, event_id uuid, consumer text, type text, payload jsonb, headers jsonb,
+               retry_count int, reason text, failed_at timestamptz)
+LANGUAGE plpgsql STABLE AS $$
+BEGIN
+    RETURN QUERY EXECUTE format('SELECT * FROM %I.stream_dead_letter_page($1, $2)', s3p.existing_queue_schema(queue))
+        USING page_size, page_offset;
+END
+$$;
+
+CREATE OR REPLACE FUNCTION s3p.stream_replay(queue text, id uuid) RETURNS int
+LANGUAGE plpgsql AS $$
+DECLARE
+    replayed int;
+BEGIN
+    EXECUTE format('SELECT %I.stream_replay($1)', s3p.existing_queue_schema(queue)) INTO replayed USING id;
+    IF replayed > 0 THEN
+        PERFORM pg_notify('s3p_streams', queue);
+    END IF;
+    RETURN replayed;
+END
+$$;
+
+CREATE OR REPLACE FUNCTION s3p.stream_purge_dead_letters(queue text, older_than_ms bigint) RETURNS int
+LANGUAGE plpgsql AS $$
+DECLARE
+    purged int;
+BEGIN
+    EXECUTE format('SELECT %I.stream_purge_dead_letters($1)', s3p.existing_queue_schema(queue))
+        INTO purged USING older_than_ms;
+    RETURN purged;
+END
+$$;

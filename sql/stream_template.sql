@@ -1,0 +1,653 @@
+
+-- ---------------------------------------------------------------------------------------------
+-- Streams: an append-only event log in three TRUNCATE-rotated partitions, snapshot-delimited
+-- batches and fan-out cursors (PgQue's model). Appended to the queue template.
+-- Mutations that append events or allocate a cursor position hold the shared advisory lock of the
+-- queue; rotation holds it exclusively.
+
+CREATE TABLE IF NOT EXISTS __SCHEMA__.stream_config (
+    singleton           boolean PRIMARY KEY DEFAULT true CHECK (singleton),
+    max_retries         int    NOT NULL DEFAULT 5,
+    retention_ms        bigint NOT NULL DEFAULT 604800000,
+    takeover_ms         bigint NOT NULL DEFAULT 300000,
+    current_segment     int    NOT NULL DEFAULT 0,
+    segment_started_at  timestamptz NOT NULL DEFAULT now(),
+    rotations           bigint NOT NULL DEFAULT 0
+);
+INSERT INTO __SCHEMA__.stream_config DEFAULT VALUES ON CONFLICT DO NOTHING;
+
+CREATE SEQUENCE IF NOT EXISTS __SCHEMA__.stream_tick_seq;
+CREATE TABLE IF NOT EXISTS __SCHEMA__.stream_ticks (
+    tick_id    bigint PRIMARY KEY DEFAULT nextval('__SCHEMA__.stream_tick_seq'),
+    snapshot   pg_snapshot NOT NULL,
+    max_seq    bigint NOT NULL,
+    created_at timestamptz NOT NULL DEFAULT now()
+);
+
+-- Per physical segment: when it stopped being current and its seal (a snapshot xmax taken in a
+-- later transaction, so every writer of the segment is below it).
+CREATE TABLE IF NOT EXISTS __SCHEMA__.stream_segments (
+    segment     int PRIMARY KEY CHECK (segment BETWEEN 0 AND 2),
+    switched_at timestamptz,
+    sealed_xid  xid8,
+    sealed_at   timestamptz
+);
+INSERT INTO __SCHEMA__.stream_segments (segment) VALUES (0), (1), (2) ON CONFLICT DO NOTHING;
+
+CREATE SEQUENCE IF NOT EXISTS __SCHEMA__.stream_seq;
+CREATE TABLE IF NOT EXISTS __SCHEMA__.stream_events (
+    seq         bigint NOT NULL DEFAULT nextval('__SCHEMA__.stream_seq'),
+    segment     int    NOT NULL,
+    event_id    uuid   NOT NULL,
+    txid        xid8   NOT NULL DEFAULT pg_current_xact_id(),
+    type        text   NOT NULL,
+    payload     jsonb  NOT NULL,
+    headers     jsonb,
+    retry_count int    NOT NULL DEFAULT 0,
+    -- A retried or replayed event belongs to the consumer (or group) that nacked it.
+    target      text,
+    created_at  timestamptz NOT NULL DEFAULT now()
+) PARTITION BY LIST (segment);
+CREATE TABLE IF NOT EXISTS __SCHEMA__.stream_events_0 PARTITION OF __SCHEMA__.stream_events FOR VALUES IN (0);
+CREATE TABLE IF NOT EXISTS __SCHEMA__.stream_events_1 PARTITION OF __SCHEMA__.stream_events FOR VALUES IN (1);
+CREATE TABLE IF NOT EXISTS __SCHEMA__.stream_events_2 PARTITION OF __SCHEMA__.stream_events FOR VALUES IN (2);
+CREATE INDEX IF NOT EXISTS stream_events_txid ON __SCHEMA__.stream_events (txid);
+CREATE INDEX IF NOT EXISTS stream_events_seq ON __SCHEMA__.stream_events (seq);
+
+CREATE TABLE IF NOT EXISTS __SCHEMA__.stream_subscriptions (
+    consumer    text PRIMARY KEY,
+    -- The fan-out cursor: every event visible in this tick's snapshot is done.
+    last_tick   bigint NOT NULL,
+    -- Cooperative groups: the allocation frontier (last_tick is the contiguous acked prefix).
+    next_tick   bigint NOT NULL,
+    cooperative boolean NOT NULL DEFAULT false,
+    created_at  timestamptz NOT NULL DEFAULT now()
+);
+
+CREATE TABLE IF NOT EXISTS __SCHEMA__.stream_batches (
+    batch_id   uuid PRIMARY KEY,
+    consumer   text NOT NULL REFERENCES __SCHEMA__.stream_subscriptions ON DELETE CASCADE,
+    member     text NOT NULL DEFAULT '',
+    start_tick bigint NOT NULL,
+    end_tick   bigint NOT NULL,
+    -- active, acked or taken_over
+    state      text NOT NULL DEFAULT 'active',
+    created_at timestamptz NOT NULL DEFAULT now(),
+    acked_at   timestamptz
+);
+CREATE UNIQUE INDEX IF NOT EXISTS stream_batches_one_active
+    ON __SCHEMA__.stream_batches (consumer, member) WHERE state = 'active';
+CREATE INDEX IF NOT EXISTS stream_batches_by_start ON __SCHEMA__.stream_batches (consumer, start_tick);
+
+CREATE TABLE IF NOT EXISTS __SCHEMA__.stream_batch_events (
+    batch_id uuid   NOT NULL REFERENCES __SCHEMA__.stream_batches ON DELETE CASCADE,
+    seq      bigint NOT NULL,
+    segment  int    NOT NULL,
+    nacked   boolean NOT NULL DEFAULT false,
+    PRIMARY KEY (batch_id, seq)
+);
+CREATE INDEX IF NOT EXISTS stream_batch_events_segment ON __SCHEMA__.stream_batch_events (segment);
+
+CREATE TABLE IF NOT EXISTS __SCHEMA__.stream_retry_events (
+    id          bigserial PRIMARY KEY,
+    event_id    uuid  NOT NULL,
+    consumer    text  NOT NULL,
+    type        text  NOT NULL,
+    payload     jsonb NOT NULL,
+    headers     jsonb,
+    retry_count int   NOT NULL,
+    reason      text,
+    due_at      timestamptz NOT NULL
+);
+CREATE INDEX IF NOT EXISTS stream_retry_events_due ON __SCHEMA__.stream_retry_events (due_at);
+
+CREATE TABLE IF NOT EXISTS __SCHEMA__.stream_dead_letters (
+    id          uuid PRIMARY KEY,
+    event_id    uuid  NOT NULL,
+    consumer    text  NOT NULL,
+    type        text  NOT NULL,
+    payload     jsonb NOT NULL,
+    headers     jsonb,
+    retry_count int   NOT NULL,
+    reason      text,
+    failed_at   timestamptz NOT NULL DEFAULT now()
+);
+CREATE INDEX IF NOT EXISTS stream_dead_letters_failed ON __SCHEMA__.stream_dead_letters (failed_at);
+
+-- The floor tick: a snapshot older than every event, so from_tick 0 replays everything retained.
+INSERT INTO __SCHEMA__.stream_ticks (snapshot, max_seq)
+SELECT pg_current_snapshot(), 0 WHERE NOT EXISTS (SELECT 1 FROM __SCHEMA__.stream_ticks);
+
+-- The shared (writers, cursor allocation) or exclusive (rotation) stream lock of this queue.
+CREATE OR REPLACE FUNCTION __SCHEMA__.stream_lock(exclusive boolean) RETURNS void
+LANGUAGE plpgsql AS $fn$
+BEGIN
+    IF exclusive THEN
+        PERFORM pg_advisory_xact_lock(hashtext('s3p.stream:__SCHEMA__'));
+    ELSE
+        PERFORM pg_advisory_xact_lock_shared(hashtext('s3p.stream:__SCHEMA__'));
+    END IF;
+END
+$fn$;
+
+-- Events visible in snapshot `upto` and not in `since`, for `consumer` (txid range scan).
+CREATE OR REPLACE FUNCTION __SCHEMA__.stream_between(since pg_snapshot, upto pg_snapshot, consumer text)
+RETURNS SETOF __SCHEMA__.stream_events
+LANGUAGE sql STABLE AS $fn$
+    SELECT * FROM __SCHEMA__.stream_events e
+     WHERE e.txid >= pg_snapshot_xmin(since) AND e.txid < pg_snapshot_xmax(upto)
+       AND pg_visible_in_snapshot(e.txid, upto) AND NOT pg_visible_in_snapshot(e.txid, since)
+       AND (e.target IS NULL OR e.target = consumer)
+$fn$;
+
+-- Appends messages (a JSON array of {id, type, payload, headers}) to the current segment.
+CREATE OR REPLACE FUNCTION __SCHEMA__.stream_append(messages jsonb)
+RETURNS TABLE (event_id uuid, seq bigint)
+LANGUAGE plpgsql AS $fn$
+DECLARE
+    segment_now int;
+BEGIN
+    PERFORM __SCHEMA__.stream_lock(false);
+    SELECT current_segment INTO segment_now FROM __SCHEMA__.stream_config;
+    RETURN QUERY
+    INSERT INTO __SCHEMA__.stream_events AS e (segment, event_id, type, payload, headers)
+    SELECT segment_now, (m->>'id')::uuid, m->>'type', m->'payload', m->'headers'
+      FROM jsonb_array_elements(messages) WITH ORDINALITY AS t(m, n)
+     ORDER BY n
+    RETURNING e.event_id, e.seq;
+END
+$fn$;
+
+-- Subscribes a consumer at the latest tick (NULL), the oldest retained tick (0) or a given tick.
+-- An existing subscription is returned unchanged.
+CREATE OR REPLACE FUNCTION __SCHEMA__.stream_subscribe(name text, from_tick bigint, is_cooperative boolean)
+RETURNS TABLE (consumer text, last_tick bigint, cooperative boolean, created boolean)
+LANGUAGE plpgsql AS $fn$
+DECLARE
+    start bigint;
+BEGIN
+    PERFORM __SCHEMA__.stream_lock(false);
+    IF EXISTS (SELECT 1 FROM __SCHEMA__.stream_subscriptions s WHERE s.consumer = name) THEN
+        RETURN QUERY SELECT s.consumer, s.last_tick, s.cooperative, false
+                       FROM __SCHEMA__.stream_subscriptions s WHERE s.consumer = name;
+        RETURN;
+    END IF;
+    IF from_tick IS NULL THEN
+        SELECT max(t.tick_id) INTO start FROM __SCHEMA__.stream_ticks t;
+    ELSIF from_tick = 0 THEN
+        SELECT min(t.tick_id) INTO start FROM __SCHEMA__.stream_ticks t;
+    ELSE
+        SELECT t.tick_id INTO start FROM __SCHEMA__.stream_ticks t WHERE t.tick_id = from_tick;
+        IF start IS NULL THEN
+            RAISE EXCEPTION 'tick % is not retained', from_tick USING ERRCODE = 'PV400';
+        END IF;
+    END IF;
+    RETURN QUERY
+    INSERT INTO __SCHEMA__.stream_subscriptions AS s (consumer, last_tick, next_tick, cooperative)
+    VALUES (name, start, start, coalesce(is_cooperative, false))
+    ON CONFLICT ON CONSTRAINT stream_subscriptions_pkey DO NOTHING
+    RETURNING s.consumer, s.last_tick, s.cooperative, true;
+END
+$fn$;
+
+-- Removes a consumer, its batches and its pending retries.
+CREATE OR REPLACE FUNCTION __SCHEMA__.stream_unsubscribe(name text) RETURNS boolean
+LANGUAGE plpgsql AS $fn$
+BEGIN
+    DELETE FROM __SCHEMA__.stream_subscriptions s WHERE s.consumer = name;
+    IF NOT FOUND THEN
+        RAISE EXCEPTION 'consumer % not found', name USING ERRCODE = 'PV404';
+    END IF;
+    DELETE FROM __SCHEMA__.stream_retry_events r WHERE r.consumer = name;
+    RETURN true;
+END
+$fn$;
+
+-- The events of a batch, in log order.
+CREATE OR REPLACE FUNCTION __SCHEMA__.stream_batch_contents(id uuid)
+RETURNS TABLE (batch_id uuid, consumer text, member text, start_tick bigint, end_tick bigint,
+               state text, batch_created_at timestamptz, seq bigint, event_id uuid, type text,
+               payload jsonb, headers jsonb, retry_count int, created_at timestamptz)
+LANGUAGE sql STABLE AS $fn$
+    SELECT b.batch_id, b.consumer, b.member, b.start_tick, b.end_tick, b.state, b.created_at,
+           e.seq, e.event_id, e.type, e.payload, e.headers, e.retry_count, e.created_at
+      FROM __SCHEMA__.stream_batches b
+      LEFT JOIN __SCHEMA__.stream_batch_events be ON be.batch_id = b.batch_id
+      LEFT JOIN __SCHEMA__.stream_events e ON e.seq = be.seq AND e.segment = be.segment
+     WHERE b.batch_id = id
+     ORDER BY e.seq
+$fn$;
+
+-- Creates a tick when events are visible that the latest tick does not cover; returns the latest
+-- tick either way. Call only in a transaction that appended nothing.
+CREATE OR REPLACE FUNCTION __SCHEMA__.stream_tick() RETURNS bigint
+LANGUAGE plpgsql AS $fn$
+DECLARE
+    latest record;
+    now_snapshot pg_snapshot := pg_current_snapshot();
+    created bigint;
+BEGIN
+    SELECT t.tick_id, t.snapshot INTO latest FROM __SCHEMA__.stream_ticks t ORDER BY t.tick_id DESC LIMIT 1;
+    IF EXISTS (
+        SELECT 1 FROM __SCHEMA__.stream_events e
+         WHERE e.txid >= pg_snapshot_xmin(latest.snapshot) AND e.txid < pg_snapshot_xmax(now_snapshot)
+           AND pg_visible_in_snapshot(e.txid, now_snapshot)
+           AND NOT pg_visible_in_snapshot(e.txid, latest.snapshot))
+    THEN
+        INSERT INTO __SCHEMA__.stream_ticks (snapshot, max_seq)
+        VALUES (now_snapshot, coalesce((SELECT max(e.seq) FROM __SCHEMA__.stream_events e), 0))
+        RETURNING tick_id INTO created;
+        RETURN created;
+    END IF;
+    RETURN latest.tick_id;
+END
+$fn$;
+
+-- Receives the next batch for a consumer (or a cooperative member): the active batch again if
+-- there is one; else the events from the cursor tick to the next tick, merging further ticks while
+-- the total stays within `max_events`. A next tick alone over `max_events` raises PV413 and changes
+-- nothing. Empty ranges move the cursor. Returns no rows when there is nothing to deliver.
+CREATE OR REPLACE FUNCTION __SCHEMA__.stream_receive(name text, member_name text, max_events int, new_batch uuid)
+RETURNS TABLE (batch_id uuid, consumer text, member text, start_tick bigint, end_tick bigint,
+               state text, batch_created_at timestamptz, seq bigint, event_id uuid, type text,
+               payload jsonb, headers jsonb, retry_count int, created_at timestamptz)
+LANGUAGE plpgsql AS $fn$
+DECLARE
+    sub         __SCHEMA__.stream_subscriptions;
+    who         text := coalesce(member_name, '');
+    existing    uuid;
+    cursor_tick bigint;
+    cursor_snap pg_snapshot;
+    next_tick   record;
+    end_tick_id bigint;
+    end_snap    pg_snapshot;
+    n           bigint;
+    merged      int := 0;
+    cfg         __SCHEMA__.stream_config;
+BEGIN
+    PERFORM __SCHEMA__.stream_lock(false);
+    SELECT * INTO sub FROM __SCHEMA__.stream_subscriptions s WHERE s.consumer = name FOR UPDATE;
+    IF NOT FOUND THEN
+        RAISE EXCEPTION 'consumer % not found', name USING ERRCODE = 'PV404';
+    END IF;
+    IF who <> '' AND NOT sub.cooperative THEN
+        RAISE EXCEPTION 'consumer % is not cooperative; receive without member', name USING ERRCODE = 'PV400';
+    END IF;
+
+    SELECT b.batch_id INTO existing FROM __SCHEMA__.stream_batches b
+     WHERE b.consumer = name AND b.member = who AND b.state = 'active';
+    IF FOUND THEN
+        RETURN QUERY SELECT * FROM __SCHEMA__.stream_batch_contents(existing);
+        RETURN;
+    END IF;
+
+    IF sub.cooperative THEN
+        -- Take over the oldest batch another member left unacked past the takeover interval.
+        SELECT * INTO cfg FROM __SCHEMA__.stream_config;
+        SELECT b.batch_id INTO existing FROM __SCHEMA__.stream_batches b
+         WHERE b.consumer = name AND b.state = 'active'
+           AND b.created_at < now() - make_interval(secs => cfg.takeover_ms / 1000.0)
+         ORDER BY b.start_tick LIMIT 1 FOR UPDATE;
+        IF FOUND THEN
+            UPDATE __SCHEMA__.stream_batches b SET state = 'taken_over' WHERE b.batch_id = existing;
+            INSERT INTO __SCHEMA__.stream_batches (batch_id, consumer, member, start_tick, end_tick)
+            SELECT new_batch, b.consumer, who, b.start_tick, b.end_tick
+              FROM __SCHEMA__.stream_batches b WHERE b.batch_id = existing;
+            UPDATE __SCHEMA__.stream_batch_events be SET batch_id = new_batch WHERE be.batch_id = existing;
+            RETURN QUERY SELECT * FROM __SCHEMA__.stream_batch_contents(new_batch);
+            RETURN;
+        END IF;
+        cursor_tick := sub.next_tick;
+    ELSE
+        cursor_tick := sub.last_tick;
+    END IF;
+
+    LOOP
+        SELECT t.snapshot INTO cursor_snap FROM __SCHEMA__.stream_ticks t WHERE t.tick_id = cursor_tick;
+        SELECT t.tick_id, t.snapshot INTO next_tick FROM __SCHEMA__.stream_ticks t
+         WHERE t.tick_id > cursor_tick ORDER BY t.tick_id LIMIT 1;
+        IF NOT FOUND THEN
+            -- On-demand tick: only when there is something new to deliver.
+            IF NOT EXISTS (SELECT 1 FROM __SCHEMA__.stream_between(cursor_snap, pg_current_snapshot(), name)) THEN
+                RETURN;
+            END IF;
+            PERFORM __SCHEMA__.stream_tick();
+            CONTINUE;
+        END IF;
+
+        SELECT count(*) INTO n FROM __SCHEMA__.stream_between(cursor_snap, next_tick.snapshot, name);
+        IF n = 0 THEN
+            -- An empty range: the cursor moves past it (recorded as an acked batch for groups).
+            IF sub.cooperative THEN
+                INSERT INTO __SCHEMA__.stream_batches (batch_id, consumer, member, start_tick, end_tick, state, acked_at)
+                VALUES (gen_random_uuid(), name, who, cursor_tick, next_tick.tick_id, 'acked', now());
+                UPDATE __SCHEMA__.stream_subscriptions s SET next_tick = next_tick.tick_id WHERE s.consumer = name;
+                PERFORM __SCHEMA__.stream_advance_group(name);
+            ELSE
+                UPDATE __SCHEMA__.stream_subscriptions s SET last_tick = next_tick.tick_id, next_tick = next_tick.tick_id
+                 WHERE s.consumer = name;
+            END IF;
+            cursor_tick := next_tick.tick_id;
+            CONTINUE;
+        END IF;
+        IF n > max_events THEN
+            RAISE EXCEPTION 'the next batch holds % events, more than max %', n, max_events
+                USING ERRCODE = 'PV413';
+        END IF;
+
+        end_tick_id := next_tick.tick_id;
+        end_snap := next_tick.snapshot;
+        -- Merge further consecutive ticks while the batch stays within max_events.
+        LOOP
+            EXIT WHEN merged >= 100;
+            SELECT t.tick_id, t.snapshot INTO next_tick FROM __SCHEMA__.stream_ticks t
+             WHERE t.tick_id > end_tick_id ORDER BY t.tick_id LIMIT 1;
+            EXIT WHEN NOT FOUND;
+            SELECT count(*) INTO n FROM __SCHEMA__.stream_between(cursor_snap, next_tick.snapshot, name);
+            EXIT WHEN n > max_events;
+            end_tick_id := next_tick.tick_id;
+            end_snap := next_tick.snapshot;
+            merged := merged + 1;
+        END LOOP;
+
+        INSERT INTO __SCHEMA__.stream_batches (batch_id, consumer, member, start_tick, end_tick)
+        VALUES (new_batch, name, who, cursor_tick, end_tick_id);
+        INSERT INTO __SCHEMA__.stream_batch_events (batch_id, seq, segment)
+        SELECT new_batch, e.seq, e.segment FROM __SCHEMA__.stream_between(cursor_snap, end_snap, name) e;
+        IF sub.cooperative THEN
+            UPDATE __SCHEMA__.stream_subscriptions s SET next_tick = end_tick_id WHERE s.consumer = name;
+        END IF;
+        RETURN QUERY SELECT * FROM __SCHEMA__.stream_batch_contents(new_batch);
+        RETURN;
+    END LOOP;
+END
+$fn$;
+
+-- Moves a group's cursor over the contiguous prefix of acked batches.
+CREATE OR REPLACE FUNCTION __SCHEMA__.stream_advance_group(name text) RETURNS bigint
+LANGUAGE plpgsql AS $fn$
+DECLARE
+    cursor_tick bigint;
+    following bigint;
+BEGIN
+    SELECT s.last_tick INTO cursor_tick FROM __SCHEMA__.stream_subscriptions s WHERE s.consumer = name;
+    LOOP
+        SELECT b.end_tick INTO following FROM __SCHEMA__.stream_batches b
+         WHERE b.consumer = name AND b.start_tick = cursor_tick AND b.state = 'acked'
+         ORDER BY b.end_tick DESC LIMIT 1;
+        EXIT WHEN NOT FOUND;
+        cursor_tick := following;
+    END LOOP;
+    UPDATE __SCHEMA__.stream_subscriptions s SET last_tick = cursor_tick WHERE s.consumer = name;
+    RETURN cursor_tick;
+END
+$fn$;
+
+-- Locks an active batch for an answer; PV404 unknown, PV409 no longer active or not this consumer's.
+CREATE OR REPLACE FUNCTION __SCHEMA__.stream_lock_batch(id uuid, name text)
+RETURNS __SCHEMA__.stream_batches
+LANGUAGE plpgsql AS $fn$
+DECLARE
+    batch __SCHEMA__.stream_batches;
+BEGIN
+    SELECT * INTO batch FROM __SCHEMA__.stream_batches b WHERE b.batch_id = id FOR UPDATE;
+    IF NOT FOUND THEN
+        RAISE EXCEPTION 'batch % not found', id USING ERRCODE = 'PV404';
+    END IF;
+    IF batch.state <> 'active' THEN
+        RAISE EXCEPTION 'batch % is no longer active (%)', id, batch.state USING ERRCODE = 'PV409';
+    END IF;
+    IF name IS NOT NULL AND batch.consumer <> name THEN
+        RAISE EXCEPTION 'batch % belongs to another consumer', id USING ERRCODE = 'PV409';
+    END IF;
+    RETURN batch;
+END
+$fn$;
+
+-- Acknowledges a batch: the cursor moves to its end (groups: over the contiguous acked prefix).
+CREATE OR REPLACE FUNCTION __SCHEMA__.stream_ack(id uuid, name text)
+RETURNS TABLE (consumer text, cursor_tick bigint)
+LANGUAGE plpgsql AS $fn$
+DECLARE
+    batch __SCHEMA__.stream_batches := __SCHEMA__.stream_lock_batch(id, name);
+    sub __SCHEMA__.stream_subscriptions;
+BEGIN
+    SELECT * INTO sub FROM __SCHEMA__.stream_subscriptions s WHERE s.consumer = batch.consumer FOR UPDATE;
+    UPDATE __SCHEMA__.stream_batches b SET state = 'acked', acked_at = now() WHERE b.batch_id = id;
+    DELETE FROM __SCHEMA__.stream_batch_events be WHERE be.batch_id = id;
+    IF sub.cooperative THEN
+        RETURN QUERY SELECT batch.consumer, __SCHEMA__.stream_advance_group(batch.consumer);
+    ELSE
+        UPDATE __SCHEMA__.stream_subscriptions s SET last_tick = batch.end_tick, next_tick = batch.end_tick
+         WHERE s.consumer = batch.consumer;
+        RETURN QUERY SELECT batch.consumer, batch.end_tick;
+    END IF;
+END
+$fn$;
+
+-- Nacks one message of an active batch: a retry due after `retry_after_ms` for this consumer, or a
+-- dead letter once max_retries is exhausted. The batch stays active for the rest.
+CREATE OR REPLACE FUNCTION __SCHEMA__.stream_nack(id uuid, name text, message uuid, retry_after_ms bigint, why text)
+RETURNS TABLE (outcome text, retry_count int, due_at timestamptz)
+LANGUAGE plpgsql AS $fn$
+DECLARE
+    batch __SCHEMA__.stream_batches := __SCHEMA__.stream_lock_batch(id, name);
+    ev record;
+    cfg __SCHEMA__.stream_config;
+    attempts int;
+BEGIN
+    SELECT e.*, be.nacked INTO ev
+      FROM __SCHEMA__.stream_batch_events be
+      JOIN __SCHEMA__.stream_events e ON e.seq = be.seq AND e.segment = be.segment
+     WHERE be.batch_id = id AND e.event_id = message
+     ORDER BY e.seq LIMIT 1
+     FOR UPDATE OF be;
+    IF NOT FOUND THEN
+        RAISE EXCEPTION 'message % is not in batch %', message, id USING ERRCODE = 'PV404';
+    END IF;
+    IF ev.nacked THEN
+        RAISE EXCEPTION 'message % was already nacked in batch %', message, id USING ERRCODE = 'PV409';
+    END IF;
+    UPDATE __SCHEMA__.stream_batch_events be SET nacked = true WHERE be.batch_id = id AND be.seq = ev.seq;
+    SELECT * INTO cfg FROM __SCHEMA__.stream_config;
+    attempts := ev.retry_count + 1;
+    IF attempts > cfg.max_retries THEN
+        INSERT INTO __SCHEMA__.stream_dead_letters (id, event_id, consumer, type, payload, headers, retry_count, reason)
+        VALUES (gen_random_uuid(), ev.event_id, batch.consumer, ev.type, ev.payload, ev.headers, ev.retry_count, why);
+        RETURN QUERY SELECT 'dead_letter'::text, ev.retry_count, NULL::timestamptz;
+    ELSE
+        INSERT INTO __SCHEMA__.stream_retry_events (event_id, consumer, type, payload, headers, retry_count, reason, due_at)
+        VALUES (ev.event_id, batch.consumer, ev.type, ev.payload, ev.headers, attempts, why,
+                now() + make_interval(secs => greatest(coalesce(retry_after_ms, 0), 0) / 1000.0));
+        RETURN QUERY SELECT 'retry'::text, attempts, now() + make_interval(secs => greatest(coalesce(retry_after_ms, 0), 0) / 1000.0);
+    END IF;
+END
+$fn$;
+
+-- Consumers with their cursors and active batches (JSON per consumer).
+CREATE OR REPLACE FUNCTION __SCHEMA__.stream_consumers()
+RETURNS TABLE (consumer text, last_tick bigint, next_tick bigint, cooperative boolean,
+               created_at timestamptz, ticks_behind bigint, active_batches jsonb)
+LANGUAGE sql STABLE AS $fn$
+    SELECT s.consumer, s.last_tick, s.next_tick, s.cooperative, s.created_at,
+           (SELECT count(*) FROM __SCHEMA__.stream_ticks t WHERE t.tick_id > s.last_tick),
+           coalesce((SELECT jsonb_agg(jsonb_build_object('batch_id', b.batch_id, 'member', b.member,
+                                                         'start_tick', b.start_tick, 'end_tick', b.end_tick,
+                                                         'created_at', b.created_at) ORDER BY b.start_tick)
+                       FROM __SCHEMA__.stream_batches b
+                      WHERE b.consumer = s.consumer AND b.state = 'active'), '[]'::jsonb)
+      FROM __SCHEMA__.stream_subscriptions s ORDER BY s.consumer
+$fn$;
+
+-- Counts, watermarks, segment and rotation facts of the stream.
+CREATE OR REPLACE FUNCTION __SCHEMA__.stream_info() RETURNS jsonb
+LANGUAGE sql STABLE AS $fn$
+    SELECT jsonb_build_object(
+        'events', (SELECT count(*) FROM __SCHEMA__.stream_events),
+        'consumers', (SELECT count(*) FROM __SCHEMA__.stream_subscriptions),
+        'dead_letters', (SELECT count(*) FROM __SCHEMA__.stream_dead_letters),
+        'pending_retries', (SELECT count(*) FROM __SCHEMA__.stream_retry_events),
+        'active_batches', (SELECT count(*) FROM __SCHEMA__.stream_batches WHERE state = 'active'),
+        'min_seq', (SELECT min(seq) FROM __SCHEMA__.stream_events),
+        'max_seq', (SELECT max(seq) FROM __SCHEMA__.stream_events),
+        'oldest_tick', (SELECT min(tick_id) FROM __SCHEMA__.stream_ticks),
+        'latest_tick', (SELECT max(tick_id) FROM __SCHEMA__.stream_ticks),
+        'ticks', (SELECT count(*) FROM __SCHEMA__.stream_ticks),
+        'current_segment', c.current_segment,
+        'segment_started_at', c.segment_started_at,
+        'rotations', c.rotations,
+        'retention_ms', c.retention_ms,
+        'rotation_period_ms', c.retention_ms / 2,
+        'max_retries', c.max_retries,
+        'segments', (SELECT jsonb_agg(jsonb_build_object('segment', g.segment,
+                         'events', (SELECT count(*) FROM __SCHEMA__.stream_events e WHERE e.segment = g.segment),
+                         'switched_at', g.switched_at, 'sealed_at', g.sealed_at) ORDER BY g.segment)
+                       FROM __SCHEMA__.stream_segments g))
+      FROM __SCHEMA__.stream_config c
+$fn$;
+
+-- Updates max_retries and/or retention; returns the config.
+CREATE OR REPLACE FUNCTION __SCHEMA__.stream_configure(new_max_retries int, new_retention_ms bigint)
+RETURNS TABLE (max_retries int, retention_ms bigint)
+LANGUAGE sql AS $fn$
+    UPDATE __SCHEMA__.stream_config c
+       SET max_retries = coalesce(new_max_retries, c.max_retries),
+           retention_ms = coalesce(new_retention_ms, c.retention_ms)
+    RETURNING c.max_retries, c.retention_ms
+$fn$;
+
+-- Dead letters, oldest first.
+CREATE OR REPLACE FUNCTION __SCHEMA__.stream_dead_letter_page(page_size int, page_offset int)
+RETURNS SETOF __SCHEMA__.stream_dead_letters
+LANGUAGE sql STABLE AS $fn$
+    SELECT * FROM __SCHEMA__.stream_dead_letters d ORDER BY d.failed_at, d.id LIMIT page_size OFFSET page_offset
+$fn$;
+
+-- Replays dead letters (one, or all when `id` is NULL) as fresh events for their consumer.
+CREATE OR REPLACE FUNCTION __SCHEMA__.stream_replay(id uuid) RETURNS int
+LANGUAGE plpgsql AS $fn$
+DECLARE
+    segment_now int;
+    replayed int;
+BEGIN
+    PERFORM __SCHEMA__.stream_lock(false);
+    SELECT current_segment INTO segment_now FROM __SCHEMA__.stream_config;
+    WITH gone AS (
+        DELETE FROM __SCHEMA__.stream_dead_letters d WHERE stream_replay.id IS NULL OR d.id = stream_replay.id
+        RETURNING d.*
+    )
+    INSERT INTO __SCHEMA__.stream_events (segment, event_id, type, payload, headers, retry_count, target)
+    SELECT segment_now, g.event_id, g.type, g.payload, g.headers, g.retry_count, g.consumer
+      FROM gone g ORDER BY g.failed_at, g.id;
+    GET DIAGNOSTICS replayed = ROW_COUNT;
+    IF stream_replay.id IS NOT NULL AND replayed = 0 THEN
+        RAISE EXCEPTION 'dead letter % not found', id USING ERRCODE = 'PV404';
+    END IF;
+    RETURN replayed;
+END
+$fn$;
+
+-- Purges dead letters older than `older_than_ms`.
+CREATE OR REPLACE FUNCTION __SCHEMA__.stream_purge_dead_letters(older_than_ms bigint) RETURNS int
+LANGUAGE plpgsql AS $fn$
+DECLARE
+    purged int;
+BEGIN
+    DELETE FROM __SCHEMA__.stream_dead_letters d
+     WHERE d.failed_at < now() - make_interval(secs => older_than_ms / 1000.0);
+    GET DIAGNOSTICS purged = ROW_COUNT;
+    RETURN purged;
+END
+$fn$;
+
+-- One maintenance step of the stream, in this order: tick un-ticked events (before this
+-- transaction appends anything), seal segments switched in an earlier pass, move every due retry
+-- into the log, rotate when the current segment is older than retention / 2 and the next one is
+-- safe to truncate, and clean up old ticks and acked batches.
+CREATE OR REPLACE FUNCTION __SCHEMA__.stream_maintain()
+RETURNS TABLE (ticked boolean, retries_moved int, rotated boolean, ticks_removed int)
+LANGUAGE plpgsql AS $fn$
+DECLARE
+    cfg __SCHEMA__.stream_config;
+    latest_before bigint;
+    latest_after bigint;
+    moved int := 0;
+    did_rotate boolean := false;
+    removed int := 0;
+    next_segment int;
+    seg __SCHEMA__.stream_segments;
+    safe boolean;
+    floor_tick bigint;
+BEGIN
+    SELECT max(tick_id) INTO latest_before FROM __SCHEMA__.stream_ticks;
+    latest_after := __SCHEMA__.stream_tick();
+
+    UPDATE __SCHEMA__.stream_segments g
+       SET sealed_xid = pg_snapshot_xmax(pg_current_snapshot()), sealed_at = now()
+     WHERE g.switched_at IS NOT NULL AND g.sealed_xid IS NULL;
+
+    PERFORM __SCHEMA__.stream_lock(true);
+    SELECT * INTO cfg FROM __SCHEMA__.stream_config;
+
+    WITH due AS (
+        DELETE FROM __SCHEMA__.stream_retry_events r WHERE r.due_at <= now() RETURNING r.*
+    )
+    INSERT INTO __SCHEMA__.stream_events (segment, event_id, type, payload, headers, retry_count, target)
+    SELECT cfg.current_segment, d.event_id, d.type, d.payload, d.headers, d.retry_count, d.consumer
+      FROM due d ORDER BY d.due_at, d.id;
+    GET DIAGNOSTICS moved = ROW_COUNT;
+
+    IF cfg.segment_started_at <= now() - make_interval(secs => cfg.retention_ms / 2000.0) THEN
+        next_segment := (cfg.current_segment + 1) % 3;
+        SELECT * INTO seg FROM __SCHEMA__.stream_segments g WHERE g.segment = next_segment;
+        IF NOT EXISTS (SELECT 1 FROM __SCHEMA__.stream_events e WHERE e.segment = next_segment) THEN
+            safe := true;
+        ELSE
+            safe := seg.sealed_xid IS NOT NULL
+                AND NOT EXISTS (SELECT 1 FROM __SCHEMA__.stream_batch_events be WHERE be.segment = next_segment)
+                AND NOT EXISTS (
+                    SELECT 1 FROM __SCHEMA__.stream_subscriptions s
+                      JOIN __SCHEMA__.stream_ticks t ON t.tick_id = s.last_tick
+                     WHERE pg_snapshot_xmin(t.snapshot) < seg.sealed_xid);
+        END IF;
+        IF safe THEN
+            BEGIN
+                EXECUTE format('LOCK TABLE %s IN ACCESS EXCLUSIVE MODE NOWAIT',
+                               '__SCHEMA__.stream_events_' || next_segment);
+                EXECUTE format('TRUNCATE %s', '__SCHEMA__.stream_events_' || next_segment);
+                UPDATE __SCHEMA__.stream_segments g
+                   SET switched_at = now(), sealed_xid = NULL, sealed_at = NULL
+                 WHERE g.segment = cfg.current_segment;
+                UPDATE __SCHEMA__.stream_segments g
+                   SET switched_at = NULL, sealed_xid = NULL, sealed_at = NULL
+                 WHERE g.segment = next_segment;
+                UPDATE __SCHEMA__.stream_config c
+                   SET current_segment = next_segment, segment_started_at = now(), rotations = c.rotations + 1;
+                did_rotate := true;
+            EXCEPTION WHEN lock_not_available THEN
+                did_rotate := false;
+            END;
+        END IF;
+    END IF;
+
+    -- Ticks older than the retention that no cursor or batch uses go, except the newest of them,
+    -- which stays as the floor for from_tick 0.
+    SELECT max(t.tick_id) INTO floor_tick FROM __SCHEMA__.stream_ticks t
+     WHERE t.created_at < now() - make_interval(secs => cfg.retention_ms / 1000.0);
+    IF floor_tick IS NOT NULL THEN
+        DELETE FROM __SCHEMA__.stream_ticks t
+         WHERE t.tick_id < floor_tick
+           AND NOT EXISTS (SELECT 1 FROM __SCHEMA__.stream_subscriptions s
+                            WHERE s.last_tick = t.tick_id OR s.next_tick = t.tick_id)
+           AND NOT EXISTS (SELECT 1 FROM __SCHEMA__.stream_batches b
+                            WHERE b.start_tick = t.tick_id OR b.end_tick = t.tick_id);
+        GET DIAGNOSTICS removed = ROW_COUNT;
+    END IF;
+    DELETE FROM __SCHEMA__.stream_batches b
+     WHERE b.state <> 'active' AND b.acked_at < now() - interval '1 hour'
+       AND NOT EXISTS (SELECT 1 FROM __SCHEMA__.stream_subscriptions s
+                        WHERE s.cooperative AND s.consumer = b.consumer AND b.start_tick >= s.last_tick);
+
+    RETURN QUERY SELECT latest_after IS DISTINCT FROM latest_before, moved, did_rotate, removed;
+END
+$fn$;

@@ -1,0 +1,452 @@
+//! Streams in the domain's own terms, and the stream half of the service: validation and limits;
+//! the SQL functions hold the snapshots, cursors and locks.
+
+use chrono::{DateTime, Utc};
+use serde_json::{Map, Value, json};
+use tokio::time::Instant;
+use uuid::Uuid;
+
+use super::time::parse_flexible_duration_ms;
+use super::validate::{check_job_type, check_queue_name};
+use super::{CoreError, Service};
+
+/// Most messages one batch append may carry.
+pub const MAX_APPEND_BATCH: usize = 1000;
+/// Most events one receive may ask for.
+pub const MAX_RECEIVE: i64 = 10_000;
+/// Longest receive long poll.
+pub const MAX_RECEIVE_WAIT_MS: i64 = 5_000;
+/// Shortest retention.
+pub const MIN_RETENTION_MS: i64 = 1_000;
+
+/// A message to append.
+#[derive(Debug, Clone, Default)]
+pub struct NewMessage {
+    /// Caller id (not a deduplication key); a UUIDv7 is generated when absent.
+    pub id: Option<String>,
+    /// Message type.
+    pub message_type: String,
+    /// JSON payload.
+    pub payload: Value,
+    /// String headers.
+    pub headers: Option<Map<String, Value>>,
+}
+
+/// An appended message.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Appended {
+    /// Its id.
+    pub id: Uuid,
+    /// Its storage sequence number (orders storage only).
+    pub seq: i64,
+}
+
+/// An event as delivered.
+#[derive(Debug, Clone, PartialEq)]
+pub struct StreamEvent {
+    /// Message id.
+    pub id: Uuid,
+    /// Storage sequence.
+    pub seq: i64,
+    /// Message type.
+    pub message_type: String,
+    /// Payload.
+    pub payload: Value,
+    /// Headers.
+    pub headers: Option<Value>,
+    /// Times it was retried.
+    pub retry_count: i32,
+    /// When it entered the log.
+    pub created_at: DateTime<Utc>,
+}
+
+/// A batch of events for one consumer (or member).
+#[derive(Debug, Clone, PartialEq)]
+pub struct Batch {
+    /// Batch id.
+    pub id: Uuid,
+    /// The consumer (group).
+    pub consumer: String,
+    /// The cooperative member, if any.
+    pub member: Option<String>,
+    /// Cursor tick it starts after.
+    pub start_tick: i64,
+    /// Tick it ends at.
+    pub end_tick: i64,
+    /// active, acked or taken_over.
+    pub state: String,
+    /// When it was allocated.
+    pub created_at: DateTime<Utc>,
+    /// Its events in log order.
+    pub events: Vec<StreamEvent>,
+}
+
+/// A subscription's cursor and batches.
+#[derive(Debug, Clone, PartialEq)]
+pub struct ConsumerInfo {
+    /// Name.
+    pub name: String,
+    /// Fan-out cursor tick.
+    pub last_tick: i64,
+    /// Cooperative allocation frontier.
+    pub next_tick: i64,
+    /// Whether members share it.
+    pub cooperative: bool,
+    /// When it subscribed.
+    pub created_at: DateTime<Utc>,
+    /// Ticks after its cursor.
+    pub ticks_behind: i64,
+    /// Its active batches.
+    pub active_batches: Value,
+}
+
+/// The result of a subscribe.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Subscription {
+    /// Consumer name.
+    pub consumer: String,
+    /// Starting cursor tick.
+    pub last_tick: i64,
+    /// Whether members share it.
+    pub cooperative: bool,
+    /// False when it already existed (unchanged).
+    pub created: bool,
+}
+
+/// What a nack did.
+#[derive(Debug, Clone, PartialEq)]
+pub struct StreamNackOutcome {
+    /// `retry` or `dead_letter`.
+    pub outcome: String,
+    /// The retry count carried forward.
+    pub retry_count: i32,
+    /// When the retry is due.
+    pub due_at: Option<DateTime<Utc>>,
+}
+
+/// Stream settings.
+#[derive(Debug, Clone, PartialEq)]
+pub struct StreamConfig {
+    /// Nacks before a message is dead-lettered.
+    pub max_retries: i32,
+    /// Minimum retention.
+    pub retention_ms: i64,
+}
+
+/// A stream dead letter.
+#[derive(Debug, Clone, PartialEq)]
+pub struct StreamDeadLetter {
+    /// Dead-letter id.
+    pub id: Uuid,
+    /// The message id.
+    pub event_id: Uuid,
+    /// The consumer that gave up on it.
+    pub consumer: String,
+    /// Message type.
+    pub message_type: String,
+    /// Payload.
+    pub payload: Value,
+    /// Headers.
+    pub headers: Option<Value>,
+    /// Retries it had.
+    pub retry_count: i32,
+    /// Why.
+    pub reason: Option<String>,
+    /// When.
+    pub failed_at: DateTime<Utc>,
+}
+
+/// A receive request.
+#[derive(Debug, Clone, Default)]
+pub struct Receive {
+    /// Consumer.
+    pub consumer: String,
+    /// Cooperative member.
+    pub member: Option<String>,
+    /// Ceiling on the batch size (default 100).
+    pub max: Option<i64>,
+    /// Long poll bound.
+    pub wait_ms: Option<i64>,
+}
+
+fn check_name(field: &str, name: &str) -> Result<(), CoreError> {
+    let ok = !name.is_empty()
+        && name.len() <= 128
+        && name
+            .chars()
+            .all(|c| c.is_ascii_alphanumeric() || matches!(c, '.' | '-' | '_' | ':'));
+    if ok {
+        Ok(())
+    } else {
+        Err(CoreError::invalid(format!(
+            "{field} {name:?} is invalid: use 1-128 letters, digits, '.', '-', '_' or ':'"
+        ))
+        .with_detail("field", field.into()))
+    }
+}
+
+fn parse_uuid(field: &str, text: &str) -> Result<Uuid, CoreError> {
+    Uuid::try_parse(text).map_err(|_| {
+        CoreError::invalid(format!("{field} {text:?} is not a UUID"))
+            .with_detail("field", field.into())
+    })
+}
+
+fn duration(field: &str, text: &str) -> Result<i64, CoreError> {
+    parse_flexible_duration_ms(text).ok_or_else(|| {
+        CoreError::invalid(format!(
+            "{field} {text:?} is not a duration (500ms, 2s, 720h or ISO-8601 like PT2S)"
+        ))
+        .with_detail("field", field.into())
+    })
+}
+
+/// A message in its stored JSON form, validated.
+fn message_row(message: &NewMessage) -> Result<Value, CoreError> {
+    check_job_type(&message.message_type).map_err(|_| {
+        CoreError::invalid(format!(
+            "message type {:?} is invalid: it must match ^[a-z][a-z0-9_-]*(\\.[a-z][a-z0-9_-]*)*$",
+            message.message_type
+        ))
+        .with_detail("field", "type".into())
+    })?;
+    if let Some(headers) = &message.headers
+        && headers.values().any(|v| !v.is_string())
+    {
+        return Err(CoreError::invalid("headers must be an object of strings")
+            .with_detail("field", "headers".into()));
+    }
+    let id = match &message.id {
+        Some(id) => parse_uuid("id", id)?,
+        None => Uuid::now_v7(),
+    };
+    Ok(json!({
+        "id": id,
+        "type": message.message_type,
+        "payload": message.payload,
+        "headers": message.headers,
+    }))
+}
+
+impl Service {
+    /// Appends messages to a queue's stream; the queue is created on first use.
+    pub async fn append(
+        &self,
+        queue: &str,
+        messages: &[NewMessage],
+    ) -> Result<Vec<Appended>, CoreError> {
+        check_queue_name(queue)?;
+        if messages.is_empty() || messages.len() > MAX_APPEND_BATCH {
+            return Err(CoreError::invalid(format!(
+                "messages must hold between 1 and {MAX_APPEND_BATCH} messages"
+            ))
+            .with_detail("field", "messages".into()));
+        }
+        let rows = messages
+            .iter()
+            .map(message_row)
+            .collect::<Result<Vec<_>, _>>()?;
+        self.store.stream_append(queue, &Value::Array(rows)).await
+    }
+
+    /// Subscribes a consumer at the latest tick, the oldest retained (0) or a given tick.
+    pub async fn subscribe(
+        &self,
+        queue: &str,
+        consumer: &str,
+        from_tick: Option<i64>,
+        cooperative: Option<bool>,
+    ) -> Result<Subscription, CoreError> {
+        check_queue_name(queue)?;
+        check_name("consumer", consumer)?;
+        if from_tick.is_some_and(|t| t < 0) {
+            return Err(CoreError::invalid("from_tick must be 0 or a positive tick")
+                .with_detail("field", "from_tick".into()));
+        }
+        self.store
+            .stream_subscribe(queue, consumer, from_tick, cooperative)
+            .await
+    }
+
+    /// Removes a consumer.
+    pub async fn unsubscribe(&self, queue: &str, consumer: &str) -> Result<(), CoreError> {
+        check_queue_name(queue)?;
+        check_name("consumer", consumer)?;
+        self.store.stream_unsubscribe(queue, consumer).await
+    }
+
+    /// Consumers with cursors and active batches.
+    pub async fn consumers(&self, queue: &str) -> Result<Vec<ConsumerInfo>, CoreError> {
+        check_queue_name(queue)?;
+        self.store.stream_consumers(queue).await
+    }
+
+    /// The next batch (or the active one again); `None` when nothing is there, after waiting up to
+    /// `wait_ms` for an append. `before_wait` runs once before waiting.
+    pub async fn receive(
+        &self,
+        queue: &str,
+        request: Receive,
+        before_wait: impl FnOnce() + Send,
+    ) -> Result<Option<Batch>, CoreError> {
+        check_queue_name(queue)?;
+        check_name("consumer", &request.consumer)?;
+        if let Some(member) = &request.member {
+            check_name("member", member)?;
+        }
+        let max = request.max.unwrap_or(100);
+        if !(1..=MAX_RECEIVE).contains(&max) {
+            return Err(CoreError::invalid(format!(
+                "max must be between 1 and {MAX_RECEIVE}, not {max}"
+            ))
+            .with_detail("field", "max".into()));
+        }
+        let wait_ms = request.wait_ms.unwrap_or(0);
+        if !(0..=MAX_RECEIVE_WAIT_MS).contains(&wait_ms) {
+            return Err(CoreError::invalid(format!(
+                "wait_ms must be between 0 and {MAX_RECEIVE_WAIT_MS}, not {wait_ms}"
+            ))
+            .with_detail("field", "wait_ms".into()));
+        }
+        let deadline = Instant::now() + std::time::Duration::from_millis(wait_ms as u64);
+        let mut wakeups = self.store.signals().subscribe();
+        let mut before_wait = Some(before_wait);
+        let queues = [queue.to_string()];
+        loop {
+            let batch = self
+                .store
+                .stream_receive(
+                    queue,
+                    &request.consumer,
+                    request.member.as_deref(),
+                    max as i32,
+                )
+                .await?;
+            if batch.is_some() || wait_ms == 0 {
+                return Ok(batch);
+            }
+            if let Some(release) = before_wait.take() {
+                release();
+            }
+            if !wakeups.wait_for_stream(&queues, deadline).await {
+                return Ok(None);
+            }
+        }
+    }
+
+    /// One batch by id.
+    pub async fn batch(&self, queue: &str, batch_id: &str) -> Result<Batch, CoreError> {
+        check_queue_name(queue)?;
+        let id = parse_uuid("batch_id", batch_id)?;
+        self.store.stream_batch(queue, id).await
+    }
+
+    /// Acknowledges a batch; returns the consumer's cursor tick.
+    pub async fn stream_ack(
+        &self,
+        queue: &str,
+        batch_id: &str,
+        consumer: Option<&str>,
+    ) -> Result<i64, CoreError> {
+        check_queue_name(queue)?;
+        let id = parse_uuid("batch_id", batch_id)?;
+        if let Some(c) = consumer {
+            check_name("consumer", c)?;
+        }
+        self.store.stream_ack(queue, id, consumer).await
+    }
+
+    /// Nacks one message of a batch: retried after `retry_after` or dead-lettered.
+    pub async fn stream_nack(
+        &self,
+        queue: &str,
+        batch_id: &str,
+        message_id: &str,
+        consumer: Option<&str>,
+        retry_after: Option<&str>,
+        reason: Option<&str>,
+    ) -> Result<StreamNackOutcome, CoreError> {
+        check_queue_name(queue)?;
+        let id = parse_uuid("batch_id", batch_id)?;
+        let message = parse_uuid("message_id", message_id)?;
+        let delay = retry_after
+            .map(|t| duration("retry_after", t))
+            .transpose()?;
+        self.store
+            .stream_nack(queue, id, consumer, message, delay, reason)
+            .await
+    }
+
+    /// Counts, watermarks, segment and rotation facts.
+    pub async fn stream_info(&self, queue: &str) -> Result<Value, CoreError> {
+        check_queue_name(queue)?;
+        self.store.stream_info(queue).await
+    }
+
+    /// Reads (no changes) or updates the stream settings.
+    pub async fn stream_config(
+        &self,
+        queue: &str,
+        max_retries: Option<i64>,
+        retention: Option<&str>,
+    ) -> Result<StreamConfig, CoreError> {
+        check_queue_name(queue)?;
+        if let Some(n) = max_retries
+            && !(0..=1000).contains(&n)
+        {
+            return Err(CoreError::invalid(format!(
+                "max_retries must be between 0 and 1000, not {n}"
+            ))
+            .with_detail("field", "max_retries".into()));
+        }
+        let retention_ms = retention.map(|t| duration("retention", t)).transpose()?;
+        if let Some(ms) = retention_ms
+            && ms < MIN_RETENTION_MS
+        {
+            return Err(CoreError::invalid(format!(
+                "retention must be at least {MIN_RETENTION_MS}ms"
+            ))
+            .with_detail("field", "retention".into()));
+        }
+        self.store
+            .stream_configure(queue, max_retries.map(|n| n as i32), retention_ms)
+            .await
+    }
+
+    /// A page of dead letters.
+    pub async fn stream_dead_letters(
+        &self,
+        queue: &str,
+        limit: Option<i64>,
+        offset: Option<i64>,
+    ) -> Result<Vec<StreamDeadLetter>, CoreError> {
+        check_queue_name(queue)?;
+        let limit = limit.unwrap_or(100);
+        if !(1..=1000).contains(&limit) {
+            return Err(CoreError::invalid(format!(
+                "limit must be between 1 and 1000, not {limit}"
+            )));
+        }
+        let offset = offset.unwrap_or(0);
+        if offset < 0 {
+            return Err(CoreError::invalid("offset must not be negative"));
+        }
+        self.store
+            .stream_dead_letters(queue, limit as i32, offset as i32)
+            .await
+    }
+
+    /// Replays one dead letter (or all when `id` is `None`) to its consumer.
+    pub async fn stream_replay(&self, queue: &str, id: Option<&str>) -> Result<i32, CoreError> {
+        check_queue_name(queue)?;
+        let id = id.map(|i| parse_uuid("id", i)).transpose()?;
+        self.store.stream_replay(queue, id).await
+    }
+
+    /// Purges dead letters older than `older_than`.
+    pub async fn stream_purge(&self, queue: &str, older_than: &str) -> Result<i32, CoreError> {
+        check_queue_name(queue)?;
+        let ms = duration("older_than", older_than)?;
+        self.store.stream_purge(queue, ms).await
+    }
+}

@@ -1,0 +1,329 @@
+//! The stream calls: one `s3p.stream_*` function each.
+
+use chrono::{DateTime, Utc};
+use serde_json::Value;
+use uuid::Uuid;
+
+use super::{Store, map_db_error};
+use crate::core::CoreError;
+use crate::core::stream::{
+    Appended, Batch, ConsumerInfo, StreamConfig, StreamDeadLetter, StreamEvent, StreamNackOutcome,
+    Subscription,
+};
+
+/// One row of a batch: the batch columns, and one event (none for an emptied batch).
+#[derive(sqlx::FromRow)]
+struct BatchRow {
+    batch_id: Uuid,
+    consumer_name: String,
+    member_name: String,
+    start_tick: i64,
+    end_tick: i64,
+    state: String,
+    batch_created_at: DateTime<Utc>,
+    seq: Option<i64>,
+    event_id: Option<Uuid>,
+    #[sqlx(rename = "type")]
+    message_type: Option<String>,
+    payload: Option<Value>,
+    headers: Option<Value>,
+    retry_count: Option<i32>,
+    created_at: Option<DateTime<Utc>>,
+}
+
+fn batch(rows: Vec<BatchRow>) -> Option<Batch> {
+    let first = rows.first()?;
+    let mut out = Batch {
+        id: first.batch_id,
+        consumer: first.consumer_name.clone(),
+        member: (!first.member_name.is_empty()).then(|| first.member_name.clone()),
+        start_tick: first.start_tick,
+        end_tick: first.end_tick,
+        state: first.state.clone(),
+        created_at: first.batch_created_at,
+        events: Vec::with_capacity(rows.len()),
+    };
+    for row in rows {
+        if let (Some(seq), Some(id), Some(message_type), Some(created_at)) =
+            (row.seq, row.event_id, row.message_type, row.created_at)
+        {
+            out.events.push(StreamEvent {
+                id,
+                seq,
+                message_type,
+                payload: row.payload.unwrap_or(Value::Null),
+                headers: row.headers.filter(|h| !h.is_null()),
+                retry_count: row.retry_count.unwrap_or(0),
+                created_at,
+            });
+        }
+    }
+    Some(out)
+}
+
+#[derive(sqlx::FromRow)]
+struct DeadLetterRow {
+    id: Uuid,
+    event_id: Uuid,
+    consumer: String,
+    #[sqlx(rename = "type")]
+    message_type: String,
+    payload: Value,
+    headers: Option<Value>,
+    retry_count: i32,
+    reason: Option<String>,
+    failed_at: DateTime<Utc>,
+}
+
+impl Store {
+    /// `s3p.stream_append`.
+    pub async fn stream_append(
+        &self,
+        queue: &str,
+        messages: &Value,
+    ) -> Result<Vec<Appended>, CoreError> {
+        let rows: Vec<(Uuid, i64)> =
+            sqlx::query_as("SELECT event_id, seq FROM s3p.stream_append($1, $2)")
+                .bind(queue)
+                .bind(messages)
+                .fetch_all(self.pool())
+                .await
+                .map_err(map_db_error)?;
+        Ok(rows
+            .into_iter()
+            .map(|(id, seq)| Appended { id, seq })
+            .collect())
+    }
+
+    /// `s3p.stream_subscribe`.
+    pub async fn stream_subscribe(
+        &self,
+        queue: &str,
+        consumer: &str,
+        from_tick: Option<i64>,
+        cooperative: Option<bool>,
+    ) -> Result<Subscription, CoreError> {
+        let row: Option<(String, i64, bool, bool)> =
+            sqlx::query_as("SELECT * FROM s3p.stream_subscribe($1, $2, $3, $4)")
+                .bind(queue)
+                .bind(consumer)
+                .bind(from_tick)
+                .bind(cooperative)
+                .fetch_optional(self.pool())
+                .await
+                .map_err(map_db_error)?;
+        let (consumer, last_tick, cooperative, created) = row.ok_or_else(|| {
+            CoreError::new(
+                crate::core::ErrorKind::Conflict,
+                "a concurrent subscribe of this consumer won; retry",
+            )
+        })?;
+        Ok(Subscription {
+            consumer,
+            last_tick,
+            cooperative,
+            created,
+        })
+    }
+
+    /// `s3p.stream_unsubscribe`.
+    pub async fn stream_unsubscribe(&self, queue: &str, consumer: &str) -> Result<(), CoreError> {
+        sqlx::query("SELECT s3p.stream_unsubscribe($1, $2)")
+            .bind(queue)
+            .bind(consumer)
+            .execute(self.pool())
+            .await
+            .map(|_| ())
+            .map_err(map_db_error)
+    }
+
+    /// `s3p.stream_consumers`.
+    pub async fn stream_consumers(&self, queue: &str) -> Result<Vec<ConsumerInfo>, CoreError> {
+        let rows: Vec<(String, i64, i64, bool, DateTime<Utc>, i64, Value)> =
+            sqlx::query_as("SELECT * FROM s3p.stream_consumers($1)")
+                .bind(queue)
+                .fetch_all(self.pool())
+                .await
+                .map_err(map_db_error)?;
+        Ok(rows
+            .into_iter()
+            .map(
+                |(
+                    name,
+                    last_tick,
+                    next_tick,
+                    cooperative,
+                    created_at,
+                    ticks_behind,
+                    active_batches,
+                )| ConsumerInfo {
+                    name,
+                    last_tick,
+                    next_tick,
+                    cooperative,
+                    created_at,
+                    ticks_behind,
+                    active_batches,
+                },
+            )
+            .collect())
+    }
+
+    /// `s3p.stream_receive` with a fresh batch id.
+    pub async fn stream_receive(
+        &self,
+        queue: &str,
+        consumer: &str,
+        member: Option<&str>,
+        max: i32,
+    ) -> Result<Option<Batch>, CoreError> {
+        let rows: Vec<BatchRow> =
+            sqlx::query_as("SELECT * FROM s3p.stream_receive($1, $2, $3, $4, $5)")
+                .bind(queue)
+                .bind(consumer)
+                .bind(member)
+                .bind(max)
+                .bind(Uuid::now_v7())
+                .fetch_all(self.pool())
+                .await
+                .map_err(map_db_error)?;
+        Ok(batch(rows))
+    }
+
+    /// `s3p.stream_batch`.
+    pub async fn stream_batch(&self, queue: &str, id: Uuid) -> Result<Batch, CoreError> {
+        let rows: Vec<BatchRow> = sqlx::query_as("SELECT * FROM s3p.stream_batch($1, $2)")
+            .bind(queue)
+            .bind(id)
+            .fetch_all(self.pool())
+            .await
+            .map_err(map_db_error)?;
+        batch(rows).ok_or_else(|| CoreError::not_found("batch", &id.to_string()))
+    }
+
+    /// `s3p.stream_ack`: the consumer's cursor tick afterwards.
+    pub async fn stream_ack(
+        &self,
+        queue: &str,
+        id: Uuid,
+        consumer: Option<&str>,
+    ) -> Result<i64, CoreError> {
+        let (_, cursor): (String, i64) = sqlx::query_as("SELECT * FROM s3p.stream_ack($1, $2, $3)")
+            .bind(queue)
+            .bind(id)
+            .bind(consumer)
+            .fetch_one(self.pool())
+            .await
+            .map_err(map_db_error)?;
+        Ok(cursor)
+    }
+
+    /// `s3p.stream_nack`.
+    pub async fn stream_nack(
+        &self,
+        queue: &str,
+        id: Uuid,
+        consumer: Option<&str>,
+        message: Uuid,
+        retry_after_ms: Option<i64>,
+        reason: Option<&str>,
+    ) -> Result<StreamNackOutcome, CoreError> {
+        let (outcome, retry_count, due_at): (String, i32, Option<DateTime<Utc>>) =
+            sqlx::query_as("SELECT * FROM s3p.stream_nack($1, $2, $3, $4, $5, $6)")
+                .bind(queue)
+                .bind(id)
+                .bind(consumer)
+                .bind(message)
+                .bind(retry_after_ms)
+                .bind(reason)
+                .fetch_one(self.pool())
+                .await
+                .map_err(map_db_error)?;
+        Ok(StreamNackOutcome {
+            outcome,
+            retry_count,
+            due_at,
+        })
+    }
+
+    /// `s3p.stream_info`.
+    pub async fn stream_info(&self, queue: &str) -> Result<Value, CoreError> {
+        sqlx::query_scalar("SELECT s3p.stream_info($1)")
+            .bind(queue)
+            .fetch_one(self.pool())
+            .await
+            .map_err(map_db_error)
+    }
+
+    /// `s3p.stream_configure` (NULLs leave a setting as it is).
+    pub async fn stream_configure(
+        &self,
+        queue: &str,
+        max_retries: Option<i32>,
+        retention_ms: Option<i64>,
+    ) -> Result<StreamConfig, CoreError> {
+        let (max_retries, retention_ms): (i32, i64) =
+            sqlx::query_as("SELECT * FROM s3p.stream_configure($1, $2, $3)")
+                .bind(queue)
+                .bind(max_retries)
+                .bind(retention_ms)
+                .fetch_one(self.pool())
+                .await
+                .map_err(map_db_error)?;
+        Ok(StreamConfig {
+            max_retries,
+            retention_ms,
+        })
+    }
+
+    /// `s3p.stream_dead_letters`.
+    pub async fn stream_dead_letters(
+        &self,
+        queue: &str,
+        limit: i32,
+        offset: i32,
+    ) -> Result<Vec<StreamDeadLetter>, CoreError> {
+        let rows: Vec<DeadLetterRow> =
+            sqlx::query_as("SELECT * FROM s3p.stream_dead_letters($1, $2, $3)")
+                .bind(queue)
+                .bind(limit)
+                .bind(offset)
+                .fetch_all(self.pool())
+                .await
+                .map_err(map_db_error)?;
+        Ok(rows
+            .into_iter()
+            .map(|r| StreamDeadLetter {
+                id: r.id,
+                event_id: r.event_id,
+                consumer: r.consumer,
+                message_type: r.message_type,
+                payload: r.payload,
+                headers: r.headers.filter(|h| !h.is_null()),
+                retry_count: r.retry_count,
+                reason: r.reason,
+                failed_at: r.failed_at,
+            })
+            .collect())
+    }
+
+    /// `s3p.stream_replay`: how many were replayed.
+    pub async fn stream_replay(&self, queue: &str, id: Option<Uuid>) -> Result<i32, CoreError> {
+        sqlx::query_scalar("SELECT s3p.stream_replay($1, $2)")
+            .bind(queue)
+            .bind(id)
+            .fetch_one(self.pool())
+            .await
+            .map_err(map_db_error)
+    }
+
+    /// `s3p.stream_purge_dead_letters`: how many were purged.
+    pub async fn stream_purge(&self, queue: &str, older_than_ms: i64) -> Result<i32, CoreError> {
+        sqlx::query_scalar("SELECT s3p.stream_purge_dead_letters($1, $2)")
+            .bind(queue)
+            .bind(older_than_ms)
+            .fetch_one(self.pool())
+            .await
+            .map_err(map_db_error)
+    }
+}
