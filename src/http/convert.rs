@@ -1,6 +1,9 @@
 //! Core types ↔ OpenAPI wire types.
 
 use crate::core::job::{Failure, Heartbeat, JobOptions, RetryPolicy};
+use crate::core::stream::{
+    Appended, Batch, ConsumerInfo, NewMessage, StreamConfig, StreamDeadLetter,
+};
 use crate::core::time::{format_duration_ms, format_time};
 use crate::core::{CoreError, EnqueueJob, Job, JobState};
 
@@ -170,4 +173,98 @@ pub fn heartbeat(body: types::HeartbeatRequest) -> Result<Heartbeat, CoreError> 
         lease_token: body.lease_token,
         visibility_timeout_ms: body.visibility_timeout_ms,
     })
+}
+
+/// A message to append, in core terms.
+pub fn message(m: types::NewMessage) -> NewMessage {
+    NewMessage {
+        id: m.id,
+        message_type: m.r#type,
+        payload: m.payload,
+        headers: m.headers,
+    }
+}
+
+/// An appended message on the wire.
+pub fn appended(queue: &str, a: &Appended) -> types::Appended {
+    types::Appended {
+        id: a.id.to_string(),
+        seq: a.seq,
+        queue: queue.to_string(),
+    }
+}
+
+/// A batch on the wire; `None` is the empty answer (no batch id, no events).
+pub fn batch(batch: Option<&Batch>) -> types::ReceivedBatch {
+    let Some(b) = batch else {
+        return types::ReceivedBatch {
+            count: 0,
+            events: Vec::new(),
+            ..Default::default()
+        };
+    };
+    types::ReceivedBatch {
+        batch_id: Some(b.id.to_string()),
+        consumer: Some(b.consumer.clone()),
+        member: b.member.clone(),
+        start_tick: Some(b.start_tick),
+        end_tick: Some(b.end_tick),
+        state: Some(b.state.clone()),
+        created_at: Some(format_time(&b.created_at)),
+        count: b.events.len() as i64,
+        events: b
+            .events
+            .iter()
+            .map(|e| types::StreamEvent {
+                id: e.id.to_string(),
+                seq: e.seq,
+                r#type: e.message_type.clone(),
+                payload: e.payload.clone(),
+                headers: e.headers.as_ref().and_then(|h| h.as_object().cloned()),
+                retry_count: i64::from(e.retry_count),
+                created_at: format_time(&e.created_at),
+            })
+            .collect(),
+    }
+}
+
+/// A consumer on the wire.
+pub fn consumer(c: &ConsumerInfo) -> types::ConsumerInfo {
+    types::ConsumerInfo {
+        consumer: c.name.clone(),
+        last_tick: c.last_tick,
+        next_tick: c.next_tick,
+        cooperative: c.cooperative,
+        created_at: format_time(&c.created_at),
+        ticks_behind: c.ticks_behind,
+        active_batches: c
+            .active_batches
+            .as_array()
+            .map(|a| a.iter().filter_map(|b| b.as_object().cloned()).collect())
+            .unwrap_or_default(),
+    }
+}
+
+/// Stream settings on the wire.
+pub fn stream_config(c: &StreamConfig) -> types::StreamConfig {
+    types::StreamConfig {
+        max_retries: i64::from(c.max_retries),
+        retention: format!("{}ms", c.retention_ms),
+        retention_ms: c.retention_ms,
+    }
+}
+
+/// A stream dead letter on the wire.
+pub fn stream_dead_letter(d: &StreamDeadLetter) -> types::StreamDeadLetter {
+    types::StreamDeadLetter {
+        id: d.id.to_string(),
+        message_id: d.event_id.to_string(),
+        consumer: d.consumer.clone(),
+        r#type: d.message_type.clone(),
+        payload: d.payload.clone(),
+        headers: d.headers.as_ref().and_then(|h| h.as_object().cloned()),
+        retry_count: i64::from(d.retry_count),
+        reason: d.reason.clone(),
+        failed_at: format_time(&d.failed_at),
+    }
 }

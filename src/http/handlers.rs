@@ -4,6 +4,7 @@ use std::sync::Arc;
 
 use super::api::{self, types};
 use super::{ApiError, RequestContext, convert};
+use crate::core::stream::Receive;
 use crate::core::time::format_time;
 use crate::core::{AckJob, FetchJobs, NackJob, Service};
 
@@ -278,6 +279,247 @@ impl api::HttpApi for HttpAdapter {
         Ok(api::DeleteDeadLetterResponse::Ok(types::Deleted {
             deleted: true,
             job_id: job.id.to_string(),
+        }))
+    }
+
+    async fn append_message(
+        &self,
+        _ctx: RequestContext,
+        q: String,
+        body: types::NewMessage,
+    ) -> Result<api::AppendMessageResponse, ApiError> {
+        let appended = self.service.append(&q, &[convert::message(body)]).await?;
+        let first = appended.into_iter().next().ok_or_else(|| {
+            crate::core::CoreError::new(crate::core::ErrorKind::Backend, "append returned nothing")
+        })?;
+        Ok(api::AppendMessageResponse::Created(convert::appended(
+            &q, &first,
+        )))
+    }
+
+    async fn append_messages(
+        &self,
+        _ctx: RequestContext,
+        q: String,
+        body: types::NewMessages,
+    ) -> Result<api::AppendMessagesResponse, ApiError> {
+        let messages: Vec<_> = body.messages.into_iter().map(convert::message).collect();
+        let appended = self.service.append(&q, &messages).await?;
+        Ok(api::AppendMessagesResponse::Created(types::AppendedBatch {
+            count: appended.len() as i64,
+            messages: appended.iter().map(|a| convert::appended(&q, a)).collect(),
+            queue: q,
+        }))
+    }
+
+    async fn subscribe(
+        &self,
+        _ctx: RequestContext,
+        q: String,
+        body: types::SubscribeRequest,
+    ) -> Result<api::SubscribeResponse, ApiError> {
+        let s = self
+            .service
+            .subscribe(&q, &body.consumer, body.from_tick, body.cooperative)
+            .await?;
+        let envelope = types::SubscriptionEnvelope {
+            consumer: types::Subscription {
+                consumer: s.consumer,
+                last_tick: s.last_tick,
+                cooperative: s.cooperative,
+                created: s.created,
+            },
+        };
+        Ok(if s.created {
+            api::SubscribeResponse::Created(envelope)
+        } else {
+            api::SubscribeResponse::Ok(envelope)
+        })
+    }
+
+    async fn list_consumers(
+        &self,
+        _ctx: RequestContext,
+        q: String,
+    ) -> Result<api::ListConsumersResponse, ApiError> {
+        let consumers = self.service.consumers(&q).await?;
+        Ok(api::ListConsumersResponse::Ok(types::ConsumerList {
+            consumers: consumers.iter().map(convert::consumer).collect(),
+        }))
+    }
+
+    async fn unsubscribe(
+        &self,
+        _ctx: RequestContext,
+        q: String,
+        consumer: String,
+    ) -> Result<api::UnsubscribeResponse, ApiError> {
+        self.service.unsubscribe(&q, &consumer).await?;
+        Ok(api::UnsubscribeResponse::Ok(types::Unsubscribed {
+            deleted: true,
+            consumer,
+        }))
+    }
+
+    async fn receive(
+        &self,
+        ctx: RequestContext,
+        q: String,
+        body: types::ReceiveRequest,
+    ) -> Result<api::ReceiveResponse, ApiError> {
+        let request = Receive {
+            consumer: body.consumer,
+            member: body.member,
+            max: body.max,
+            wait_ms: body.wait_ms,
+        };
+        let batch = self
+            .service
+            .receive(&q, request, || ctx.admission.release())
+            .await?;
+        Ok(api::ReceiveResponse::Ok(convert::batch(batch.as_ref())))
+    }
+
+    async fn get_batch(
+        &self,
+        _ctx: RequestContext,
+        q: String,
+        id: String,
+    ) -> Result<api::GetBatchResponse, ApiError> {
+        let batch = self.service.batch(&q, &id).await?;
+        Ok(api::GetBatchResponse::Ok(convert::batch(Some(&batch))))
+    }
+
+    async fn stream_ack(
+        &self,
+        _ctx: RequestContext,
+        body: types::StreamAckRequest,
+    ) -> Result<api::StreamAckResponse, ApiError> {
+        let cursor = self
+            .service
+            .stream_ack(&body.queue, &body.batch_id, body.consumer.as_deref())
+            .await?;
+        Ok(api::StreamAckResponse::Ok(types::StreamAckResponse {
+            acknowledged: true,
+            batch_id: body.batch_id,
+            cursor_tick: cursor,
+        }))
+    }
+
+    async fn stream_nack(
+        &self,
+        _ctx: RequestContext,
+        body: types::StreamNackRequest,
+    ) -> Result<api::StreamNackResponse, ApiError> {
+        let outcome = self
+            .service
+            .stream_nack(
+                &body.queue,
+                &body.batch_id,
+                &body.message_id,
+                body.consumer.as_deref(),
+                body.retry_after.as_deref(),
+                body.reason.as_deref(),
+            )
+            .await?;
+        Ok(api::StreamNackResponse::Ok(types::StreamNackResponse {
+            outcome: outcome.outcome,
+            retry_count: i64::from(outcome.retry_count),
+            due_at: outcome.due_at.as_ref().map(format_time),
+        }))
+    }
+
+    async fn stream_info(
+        &self,
+        _ctx: RequestContext,
+        q: String,
+    ) -> Result<api::StreamInfoResponse, ApiError> {
+        let info = self.service.stream_info(&q).await?;
+        let mut extra = info.as_object().cloned().unwrap_or_default();
+        extra.remove("queue");
+        Ok(api::StreamInfoResponse::Ok(types::StreamInfo {
+            queue: Some(q),
+            extra,
+        }))
+    }
+
+    async fn get_stream_config(
+        &self,
+        _ctx: RequestContext,
+        q: String,
+    ) -> Result<api::GetStreamConfigResponse, ApiError> {
+        let config = self.service.stream_config(&q, None, None).await?;
+        Ok(api::GetStreamConfigResponse::Ok(convert::stream_config(
+            &config,
+        )))
+    }
+
+    async fn set_stream_config(
+        &self,
+        _ctx: RequestContext,
+        q: String,
+        body: types::StreamConfigUpdate,
+    ) -> Result<api::SetStreamConfigResponse, ApiError> {
+        let config = self
+            .service
+            .stream_config(&q, body.max_retries, body.retention.as_deref())
+            .await?;
+        Ok(api::SetStreamConfigResponse::Ok(convert::stream_config(
+            &config,
+        )))
+    }
+
+    async fn list_stream_dead_letters(
+        &self,
+        _ctx: RequestContext,
+        q: String,
+        query: api::ListStreamDeadLettersQuery,
+    ) -> Result<api::ListStreamDeadLettersResponse, ApiError> {
+        let letters = self
+            .service
+            .stream_dead_letters(&q, query.limit, query.offset)
+            .await?;
+        Ok(api::ListStreamDeadLettersResponse::Ok(
+            types::StreamDeadLetterList {
+                dead_letters: letters.iter().map(convert::stream_dead_letter).collect(),
+            },
+        ))
+    }
+
+    async fn purge_stream_dead_letters(
+        &self,
+        _ctx: RequestContext,
+        q: String,
+        query: api::PurgeStreamDeadLettersQuery,
+    ) -> Result<api::PurgeStreamDeadLettersResponse, ApiError> {
+        let purged = self.service.stream_purge(&q, &query.older_than).await?;
+        Ok(api::PurgeStreamDeadLettersResponse::Ok(types::Purged {
+            purged: i64::from(purged),
+        }))
+    }
+
+    async fn replay_stream_dead_letter(
+        &self,
+        _ctx: RequestContext,
+        q: String,
+        id: String,
+        _body: Option<types::Empty>,
+    ) -> Result<api::ReplayStreamDeadLetterResponse, ApiError> {
+        let replayed = self.service.stream_replay(&q, Some(&id)).await?;
+        Ok(api::ReplayStreamDeadLetterResponse::Ok(types::Replayed {
+            replayed: i64::from(replayed),
+        }))
+    }
+
+    async fn replay_stream_dead_letters(
+        &self,
+        _ctx: RequestContext,
+        q: String,
+        _body: Option<types::Empty>,
+    ) -> Result<api::ReplayStreamDeadLettersResponse, ApiError> {
+        let replayed = self.service.stream_replay(&q, None).await?;
+        Ok(api::ReplayStreamDeadLettersResponse::Ok(types::Replayed {
+            replayed: i64::from(replayed),
         }))
     }
 }
