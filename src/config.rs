@@ -32,6 +32,25 @@ pub enum Command {
     Serve(ServeArgs),
     /// Apply database migrations and exit.
     Migrate(DatabaseArgs),
+    /// Run maintenance passes (lease expiry, TTL, retention, stream retries, ticks, rotation).
+    Maintain(MaintainArgs),
+}
+
+/// Settings of `pgvs3 maintain`.
+#[derive(Debug, Clone, Args)]
+pub struct MaintainArgs {
+    /// Database settings.
+    #[command(flatten)]
+    pub database: DatabaseArgs,
+    /// Run one pass, print its report as JSON and exit.
+    #[arg(long)]
+    pub once: bool,
+    /// Time between passes when not `--once`, ms.
+    #[arg(long, env = "PGVS3_MAINTENANCE_INTERVAL_MS", default_value_t = 500)]
+    pub maintenance_interval_ms: u64,
+    /// How long terminal jobs are kept (per-queue settings may override), seconds.
+    #[arg(long, env = "PGVS3_JOB_RETENTION_SECS", default_value_t = 86_400)]
+    pub job_retention_secs: i64,
 }
 
 /// Where the data lives.

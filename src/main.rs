@@ -5,7 +5,7 @@ use std::time::Duration;
 
 use clap::Parser;
 use pgvs3::cluster::{ClusterOptions, PrivateCluster};
-use pgvs3::config::{Cli, Command, DatabaseArgs, ServeArgs};
+use pgvs3::config::{Cli, Command, DatabaseArgs, MaintainArgs, ServeArgs};
 use pgvs3::core::ServiceSettings;
 use pgvs3::server::{self, ServerSettings};
 use pgvs3::store::Store;
@@ -27,6 +27,7 @@ fn main() -> ExitCode {
         match cli.command {
             Command::Serve(args) => serve(args).await,
             Command::Migrate(args) => migrate(args).await,
+            Command::Maintain(args) => maintain(args).await,
         }
     });
     match result {
@@ -73,6 +74,45 @@ async fn migrate(args: DatabaseArgs) -> Result<(), String> {
     if result.is_ok() {
         tracing::info!("migrations applied");
     }
+    result
+}
+
+async fn maintain(args: MaintainArgs) -> Result<(), String> {
+    let (url, cluster) = database(&args.database).await?;
+    let result = async {
+        let store = Store::connect(&url, 2).await.map_err(|e| e.to_string())?;
+        store.migrate().await.map_err(|e| e.to_string())?;
+        let settings = ServiceSettings {
+            job_retention_ms: args.job_retention_secs.saturating_mul(1000),
+            ..ServiceSettings::default()
+        };
+        let service = std::sync::Arc::new(pgvs3::core::Service::new(store.clone(), settings));
+        if args.once {
+            let report = service.maintain().await.map_err(|e| e.to_string())?;
+            println!(
+                "{}",
+                serde_json::json!({
+                    "ran": report.ran,
+                    "released": report.released,
+                    "expired": report.expired,
+                    "removed": report.removed,
+                    "retries_moved": report.retries_moved,
+                    "rotations": report.rotations,
+                })
+            );
+        } else {
+            let (stop, watch) = tokio::sync::watch::channel(false);
+            let interval = Duration::from_millis(args.maintenance_interval_ms.max(10));
+            let passes = tokio::spawn(pgvs3::maintenance::run(service, interval, watch));
+            shutdown_signal().await;
+            let _ = stop.send(true);
+            let _ = passes.await;
+        }
+        store.close().await;
+        Ok(())
+    }
+    .await;
+    stop_cluster(cluster).await;
     result
 }
 

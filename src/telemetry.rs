@@ -24,10 +24,18 @@ impl Drop for TelemetryGuard {
 
 /// Installs the global subscriber. Must run inside a Tokio runtime when OTLP is on.
 pub fn init(format: LogFormat) -> TelemetryGuard {
-    let filter = EnvFilter::try_from_default_env().unwrap_or_else(|_| EnvFilter::new("info"));
+    // PostgreSQL notices ("already exists, skipping") are noise at info.
+    let filter = EnvFilter::try_from_default_env()
+        .unwrap_or_else(|_| EnvFilter::new("info,sqlx::postgres::notice=warn"));
+    // Logs go to stderr so that stdout stays for command output (e.g. `maintain --once`).
     let fmt = match format {
-        LogFormat::Text => tracing_subscriber::fmt::layer().boxed(),
-        LogFormat::Json => tracing_subscriber::fmt::layer().json().boxed(),
+        LogFormat::Text => tracing_subscriber::fmt::layer()
+            .with_writer(std::io::stderr)
+            .boxed(),
+        LogFormat::Json => tracing_subscriber::fmt::layer()
+            .json()
+            .with_writer(std::io::stderr)
+            .boxed(),
     };
     let provider = std::env::var("OTEL_EXPORTER_OTLP_ENDPOINT")
         .ok()
