@@ -100,6 +100,17 @@ BEGIN
         RETURN current_schema_name;
     END IF;
 
+    IF current_schema_name IS NULL THEN
+        -- A new namespace: the server-wide quota (session setting s3p.max_queues) applies; one
+        -- creator at a time so the count is exact.
+        PERFORM pg_advisory_xact_lock(hashtext('s3p.queue_create'));
+        IF coalesce(nullif(current_setting('s3p.max_queues', true), '')::bigint, 0) > 0
+           AND (SELECT count(*) FROM s3p.queues) >= current_setting('s3p.max_queues', true)::bigint THEN
+            RAISE EXCEPTION 'quota max_queues (%) reached: queue % was not created',
+                current_setting('s3p.max_queues', true), queue
+                USING ERRCODE = 'PV429', DETAIL = 'max_queues';
+        END IF;
+    END IF;
     current_schema_name := coalesce(current_schema_name, s3p.schema_name_for(queue));
     EXECUTE replace(template, '__SCHEMA__', quote_ident(current_schema_name));
     INSERT INTO s3p.queues (name, schema_name, template_version)

@@ -24,6 +24,26 @@ BEGIN
 END
 $$;
 
+-- Raises PV429 when `adding` more non-terminal jobs would pass the queue's max_jobs quota.
+CREATE OR REPLACE FUNCTION s3p.check_job_quota(queue text, queue_schema text, adding int) RETURNS void
+LANGUAGE plpgsql AS $$
+DECLARE
+    quota bigint;
+    present bigint;
+BEGIN
+    SELECT (q.settings->>'max_jobs')::bigint INTO quota FROM s3p.queues q WHERE q.name = queue;
+    IF quota IS NULL THEN
+        RETURN;
+    END IF;
+    EXECUTE format('SELECT count(*) FROM %I.jobs WHERE state NOT IN (''completed'', ''cancelled'', ''discarded'')',
+                   queue_schema) INTO present;
+    IF present + adding > quota THEN
+        RAISE EXCEPTION 'quota max_jobs (%) of queue % reached: % jobs are not terminal', quota, queue, present
+            USING ERRCODE = 'PV429', DETAIL = 'max_jobs';
+    END IF;
+END
+$$;
+
 -- Enqueues one job given as JSON with s3p.job field names; creates the queue on first use.
 CREATE OR REPLACE FUNCTION s3p.enqueue(job jsonb) RETURNS SETOF s3p.job
 LANGUAGE plpgsql AS $$
@@ -37,6 +57,7 @@ BEGIN
     IF NOT FOUND THEN
         RAISE EXCEPTION 'a job with id % already exists', new_job.id USING ERRCODE = 'PV411';
     END IF;
+    PERFORM s3p.check_job_quota(new_job.queue, queue_schema, 1);
     EXECUTE format('SELECT * FROM %I.enqueue($1)', queue_schema) INTO stored USING new_job;
     IF stored.state = 'available' THEN
         PERFORM pg_notify('s3p_jobs', stored.queue);

@@ -18,8 +18,21 @@ $$;
 CREATE OR REPLACE FUNCTION s3p.stream_append(queue text, messages jsonb)
 RETURNS TABLE (event_id uuid, seq bigint)
 LANGUAGE plpgsql AS $$
+DECLARE
+    queue_schema text := s3p.ensure_queue_schema(queue);
+    quota bigint;
+    present bigint;
 BEGIN
-    RETURN QUERY EXECUTE format('SELECT * FROM %I.stream_append($1)', s3p.ensure_queue_schema(queue))
+    SELECT (q.settings->>'max_stream_events')::bigint INTO quota FROM s3p.queues q WHERE q.name = queue;
+    IF quota IS NOT NULL THEN
+        EXECUTE format('SELECT count(*) FROM %I.stream_events', queue_schema) INTO present;
+        IF present + jsonb_array_length(messages) > quota THEN
+            RAISE EXCEPTION 'quota max_stream_events (%) of queue % reached: % events are retained',
+                quota, queue, present
+                USING ERRCODE = 'PV429', DETAIL = 'max_stream_events';
+        END IF;
+    END IF;
+    RETURN QUERY EXECUTE format('SELECT * FROM %I.stream_append($1)', queue_schema)
         USING messages;
     PERFORM pg_notify('s3p_streams', queue);
 END

@@ -85,6 +85,9 @@ pub struct ServeArgs {
     /// Requests in flight at once, across both protocols; beyond it, 429 / RESOURCE_EXHAUSTED.
     #[arg(long, env = "PGVS3_MAX_IN_FLIGHT", default_value_t = 1024)]
     pub max_in_flight: usize,
+    /// Most queue namespaces this database may hold (0 = unlimited); beyond it, 429 quota_exceeded.
+    #[arg(long, env = "PGVS3_MAX_QUEUES", default_value_t = 0)]
+    pub max_queues: i64,
     /// Largest request body or gRPC message accepted, bytes.
     #[arg(long, env = "PGVS3_MAX_BODY_BYTES", default_value_t = 1_048_576)]
     pub max_body_bytes: usize,

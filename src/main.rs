@@ -64,7 +64,9 @@ async fn stop_cluster(cluster: Option<PrivateCluster>) {
 async fn migrate(args: DatabaseArgs) -> Result<(), String> {
     let (url, cluster) = database(&args).await?;
     let result = async {
-        let store = Store::connect(&url, 2).await.map_err(|e| e.to_string())?;
+        let store = Store::connect(&url, 2, 0)
+            .await
+            .map_err(|e| e.to_string())?;
         store.migrate().await.map_err(|e| e.to_string())?;
         store.close().await;
         Ok(())
@@ -80,7 +82,9 @@ async fn migrate(args: DatabaseArgs) -> Result<(), String> {
 async fn maintain(args: MaintainArgs) -> Result<(), String> {
     let (url, cluster) = database(&args.database).await?;
     let result = async {
-        let store = Store::connect(&url, 2).await.map_err(|e| e.to_string())?;
+        let store = Store::connect(&url, 2, 0)
+            .await
+            .map_err(|e| e.to_string())?;
         store.migrate().await.map_err(|e| e.to_string())?;
         let settings = ServiceSettings {
             job_retention_ms: args.job_retention_secs.saturating_mul(1000),
@@ -145,6 +149,7 @@ async fn serve(args: ServeArgs) -> Result<(), String> {
         grpc_listen: args.grpc_listen.clone(),
         database_url: url,
         db_pool_size: args.database.db_pool_size,
+        max_queues: args.max_queues,
         max_in_flight: args.max_in_flight,
         max_body_bytes: args.max_body_bytes,
         shutdown_timeout: Duration::from_secs(args.shutdown_timeout_secs),

@@ -24,6 +24,8 @@ pub struct ServerSettings {
     pub database_url: String,
     /// Pool size.
     pub db_pool_size: u32,
+    /// Server-wide queue quota (0 = unlimited).
+    pub max_queues: i64,
     /// Global in-flight limit.
     pub max_in_flight: usize,
     /// Body and message size limit.
@@ -44,6 +46,7 @@ impl ServerSettings {
             grpc_listen: None,
             database_url: database_url.to_string(),
             db_pool_size: 16,
+            max_queues: 0,
             max_in_flight: 1024,
             max_body_bytes: 1_048_576,
             shutdown_timeout: Duration::from_secs(10),
@@ -92,8 +95,22 @@ async fn bind(address: &str) -> Result<TcpListener, StartError> {
 
 /// Connects, migrates and starts serving.
 pub async fn start(settings: ServerSettings) -> Result<RunningServer, StartError> {
-    let store = Store::connect(&settings.database_url, settings.db_pool_size).await?;
-    store.migrate().await?;
+    let mut settings = settings;
+    let store = Store::connect(
+        &settings.database_url,
+        settings.db_pool_size,
+        settings.max_queues,
+    )
+    .await?;
+    // A hot standby cannot be written: serve it read-only, and leave migrations to the primary.
+    if store.in_recovery().await? {
+        if !settings.service.read_only {
+            tracing::warn!("the database is a hot standby: serving read-only");
+        }
+        settings.service.read_only = true;
+    } else {
+        store.migrate().await?;
+    }
     let service = Arc::new(Service::new(store.clone(), settings.service.clone()));
     let stack = StackState::new(
         settings.service.read_only,

@@ -23,6 +23,8 @@ pub enum ErrorKind {
     ReadOnly,
     /// An admission limit was reached.
     RateLimited,
+    /// A namespace quota (queues, jobs, stream events) was reached; retry after freeing room.
+    QuotaExceeded,
     /// The request body exceeds the configured limit.
     PayloadTooLarge,
     /// The next stream batch holds more events than the receive's `max`.
@@ -49,6 +51,7 @@ impl ErrorKind {
             ErrorKind::StaleLease => "stale_lease",
             ErrorKind::ReadOnly => "read_only",
             ErrorKind::RateLimited => "rate_limited",
+            ErrorKind::QuotaExceeded => "quota_exceeded",
             ErrorKind::Unsupported => "unsupported",
             ErrorKind::Backend => "backend_error",
             ErrorKind::Unavailable => "backend_unavailable",
@@ -59,7 +62,10 @@ impl ErrorKind {
     pub fn retryable(self) -> bool {
         matches!(
             self,
-            ErrorKind::RateLimited | ErrorKind::Backend | ErrorKind::Unavailable
+            ErrorKind::RateLimited
+                | ErrorKind::QuotaExceeded
+                | ErrorKind::Backend
+                | ErrorKind::Unavailable
         )
     }
 }

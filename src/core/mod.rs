@@ -18,6 +18,7 @@ pub use job::{
     AckJob, DeadLetterPage, EnqueueJob, FetchJobs, Heartbeat, HeartbeatOutcome, Job, JobState,
     MaintenanceReport, NackJob, QueueSummary, WorkerDirective,
 };
+pub use validate::QueueConfigChanges;
 
 /// Limits and defaults of the job operations.
 #[derive(Debug, Clone)]
@@ -118,15 +119,15 @@ impl Service {
         Manifest {
             ojs_version: "1.0",
             version: env!("CARGO_PKG_VERSION"),
-            conformance_level: 0,
+            conformance_level: 1,
             protocols: vec!["http", "grpc"],
             backend: "postgres",
             capabilities: vec![
                 ("batch_enqueue", false),
                 ("cron_jobs", false),
-                ("dead_letter", false),
+                ("dead_letter", true),
                 ("delayed_jobs", true),
-                ("job_ttl", false),
+                ("job_ttl", true),
                 ("priority_queues", true),
                 ("rate_limiting", false),
                 ("schema_validation", false),
@@ -134,7 +135,12 @@ impl Service {
                 ("workflows", false),
                 ("pause_resume", false),
             ],
-            extensions: vec!["lease-tokens", "long-poll-fetch"],
+            extensions: vec![
+                "lease-tokens",
+                "long-poll-fetch",
+                "streams",
+                "queue-namespaces",
+            ],
             limits: json!({
                 "max_body_bytes": 1_048_576,
                 "max_fetch_queues": self.settings.max_fetch_queues,
@@ -198,6 +204,9 @@ impl Service {
         }
         for queue in &request.queues {
             validate::check_queue_name(queue)?;
+        }
+        if let Some(worker) = &request.worker_id {
+            validate::check_text("worker_id", worker)?;
         }
         let count = request.count.unwrap_or(1);
         if !(1..=s.max_fetch_count).contains(&count) {
@@ -268,6 +277,9 @@ impl Service {
     pub async fn ack(&self, request: AckJob) -> Result<Job, CoreError> {
         let id = validate::parse_job_id(&request.job_id)?;
         let token = self.lease_token(request.lease_token.as_deref())?;
+        if let Some(result) = &request.result {
+            validate::check_no_nul("result", result)?;
+        }
         self.store.ack(id, token, request.result.as_ref()).await
     }
 
@@ -292,6 +304,7 @@ impl Service {
             }
             other => other,
         };
+        validate::check_no_nul("error", &failure)?;
         self.store.nack(id, token, &failure, request.requeue).await
     }
 
@@ -406,6 +419,47 @@ impl Service {
                 self.settings.maintenance_batch,
             )
             .await
+    }
+
+    /// Creates a queue namespace; true when it did not exist before.
+    pub async fn create_queue(&self, queue: &str) -> Result<bool, CoreError> {
+        validate::check_queue_name(queue)?;
+        self.store.create_queue(queue).await
+    }
+
+    /// Drops a queue namespace with both its views.
+    pub async fn drop_queue(&self, queue: &str) -> Result<(), CoreError> {
+        validate::check_queue_name(queue)?;
+        self.store.drop_queue(queue).await
+    }
+
+    /// Registers a queue schema restored from a dump; returns the job ids indexed.
+    pub async fn adopt_queue(&self, queue: &str) -> Result<i64, CoreError> {
+        validate::check_queue_name(queue)?;
+        self.store.adopt_queue(queue).await
+    }
+
+    /// Job state counts and stream counts.
+    pub async fn queue_stats(&self, queue: &str) -> Result<serde_json::Value, CoreError> {
+        validate::check_queue_name(queue)?;
+        self.store.queue_stats(queue).await
+    }
+
+    /// Pauses (true) or resumes (false) job delivery of a queue.
+    pub async fn set_paused(&self, queue: &str, paused: bool) -> Result<bool, CoreError> {
+        validate::check_queue_name(queue)?;
+        self.store.set_paused(queue, paused).await
+    }
+
+    /// Reads (`changes` empty) or updates a queue's configuration; returns all of it.
+    pub async fn queue_config(
+        &self,
+        queue: &str,
+        changes: QueueConfigChanges,
+    ) -> Result<serde_json::Value, CoreError> {
+        validate::check_queue_name(queue)?;
+        let row = validate::queue_config_changes(&changes)?;
+        self.store.queue_config(queue, &row).await
     }
 
     /// Every queue namespace.

@@ -220,6 +220,10 @@ fn message_row(message: &NewMessage) -> Result<Value, CoreError> {
         Some(id) => parse_uuid("id", id)?,
         None => Uuid::now_v7(),
     };
+    super::validate::check_no_nul("payload", &message.payload)?;
+    if let Some(headers) = &message.headers {
+        super::validate::check_no_nul("headers", &Value::Object(headers.clone()))?;
+    }
     Ok(json!({
         "id": id,
         "type": message.message_type,
@@ -369,6 +373,9 @@ impl Service {
         check_queue_name(queue)?;
         let id = parse_uuid("batch_id", batch_id)?;
         let message = parse_uuid("message_id", message_id)?;
+        if let Some(c) = consumer {
+            check_name("consumer", c)?;
+        }
         let delay = retry_after
             .map(|t| duration("retry_after", t))
             .transpose()?;
@@ -427,10 +434,7 @@ impl Service {
                 "limit must be between 1 and 1000, not {limit}"
             )));
         }
-        let offset = offset.unwrap_or(0);
-        if offset < 0 {
-            return Err(CoreError::invalid("offset must not be negative"));
-        }
+        let offset = super::validate::check_offset(offset.unwrap_or(0))?;
         self.store
             .stream_dead_letters(queue, limit as i32, offset as i32)
             .await

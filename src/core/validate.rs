@@ -57,6 +57,52 @@ pub fn parse_new_job_id(id: &str) -> Result<Uuid, CoreError> {
     })
 }
 
+/// Refuses NUL characters anywhere in a value (PostgreSQL text and jsonb cannot store them).
+pub fn check_no_nul(field: &str, value: &Value) -> Result<(), CoreError> {
+    let found = match value {
+        Value::String(s) => s.contains('\0'),
+        Value::Array(items) => return items.iter().try_for_each(|v| check_no_nul(field, v)),
+        Value::Object(map) => {
+            for (k, v) in map {
+                if k.contains('\0') {
+                    return Err(nul_error(field));
+                }
+                check_no_nul(field, v)?;
+            }
+            false
+        }
+        _ => false,
+    };
+    if found { Err(nul_error(field)) } else { Ok(()) }
+}
+
+/// Refuses NUL characters in a text field.
+pub fn check_text(field: &str, text: &str) -> Result<(), CoreError> {
+    if text.contains('\0') {
+        Err(nul_error(field))
+    } else {
+        Ok(())
+    }
+}
+
+fn nul_error(field: &str) -> CoreError {
+    CoreError::invalid(format!(
+        "{field} contains a NUL character (\\u0000), which cannot be stored"
+    ))
+    .with_detail("field", field.into())
+}
+
+/// A page offset, bounded so it always fits the database's integer.
+pub fn check_offset(offset: i64) -> Result<i64, CoreError> {
+    if !(0..=1_000_000_000).contains(&offset) {
+        return Err(CoreError::invalid(format!(
+            "offset must be between 0 and 1000000000, not {offset}"
+        ))
+        .with_detail("field", "offset".into()));
+    }
+    Ok(offset)
+}
+
 /// A job id in a lookup: any UUID, so that an unknown id reads as not found rather than malformed.
 pub fn parse_job_id(id: &str) -> Result<Uuid, CoreError> {
     Uuid::try_parse(id).map_err(|_| {
@@ -319,7 +365,7 @@ pub fn new_job_row(job: &EnqueueJob, now: DateTime<Utc>) -> Result<Value, CoreEr
             target.insert(k.clone(), v.clone());
         }
     }
-    Ok(json!({
+    let row = json!({
         "id": id,
         "queue": queue,
         "type": job.job_type,
@@ -342,7 +388,92 @@ pub fn new_job_row(job: &EnqueueJob, now: DateTime<Utc>) -> Result<Value, CoreEr
         "scheduled_at": scheduled_at,
         "expires_at": expires_at,
         "errors": [],
-    }))
+    });
+    check_no_nul("job", &row)?;
+    Ok(row)
+}
+
+/// Changes to a queue's configuration; `None` leaves a setting, `Some(None)` clears a quota.
+#[derive(Debug, Clone, Default)]
+pub struct QueueConfigChanges {
+    /// Nacks before a stream message is dead-lettered.
+    pub max_retries: Option<i64>,
+    /// Stream retention (duration text, at least 1s).
+    pub retention: Option<String>,
+    /// How long terminal jobs are kept (duration text).
+    pub job_retention: Option<String>,
+    /// Quota on non-terminal jobs.
+    pub max_jobs: Option<Option<i64>>,
+    /// Quota on retained stream events.
+    pub max_stream_events: Option<Option<i64>>,
+    /// Storage parameters of the jobs table (autovacuum_*, fillfactor).
+    pub autovacuum: Option<Map<String, Value>>,
+}
+
+fn duration_field(field: &str, text: &str, min_ms: i64) -> Result<i64, CoreError> {
+    let ms = super::time::parse_flexible_duration_ms(text).ok_or_else(|| {
+        CoreError::invalid(format!(
+            "{field} {text:?} is not a duration (500ms, 2s, 720h or PT2S)"
+        ))
+        .with_detail("field", field.into())
+    })?;
+    if ms < min_ms {
+        return Err(
+            CoreError::invalid(format!("{field} must be at least {min_ms}ms"))
+                .with_detail("field", field.into()),
+        );
+    }
+    Ok(ms)
+}
+
+/// Validates configuration changes into the JSON `s3p.queue_config` takes.
+pub fn queue_config_changes(c: &QueueConfigChanges) -> Result<Value, CoreError> {
+    let mut out = Map::new();
+    if let Some(n) = c.max_retries {
+        if !(0..=1000).contains(&n) {
+            return Err(CoreError::invalid(format!(
+                "max_retries must be between 0 and 1000, not {n}"
+            ))
+            .with_detail("field", "max_retries".into()));
+        }
+        out.insert("max_retries".into(), n.into());
+    }
+    if let Some(text) = &c.retention {
+        out.insert(
+            "retention_ms".into(),
+            duration_field("retention", text, 1000)?.into(),
+        );
+    }
+    if let Some(text) = &c.job_retention {
+        out.insert(
+            "job_retention_ms".into(),
+            duration_field("job_retention", text, 1)?.into(),
+        );
+    }
+    for (name, quota) in [
+        ("max_jobs", c.max_jobs),
+        ("max_stream_events", c.max_stream_events),
+    ] {
+        match quota {
+            None => {}
+            Some(None) => {
+                out.insert(name.into(), Value::Null);
+            }
+            Some(Some(n)) if n >= 0 => {
+                out.insert(name.into(), n.into());
+            }
+            Some(Some(n)) => {
+                return Err(
+                    CoreError::invalid(format!("{name} must not be negative, not {n}"))
+                        .with_detail("field", name.into()),
+                );
+            }
+        }
+    }
+    if let Some(settings) = &c.autovacuum {
+        out.insert("autovacuum".into(), Value::Object(settings.clone()));
+    }
+    Ok(Value::Object(out))
 }
 
 #[cfg(test)]
@@ -385,6 +516,15 @@ mod tests {
         assert!(parse_new_job_id("6f1c2a34-5b6d-4e7f-8a9b-0c1d2e3f4a5b").is_err());
         assert!(parse_new_job_id("not-a-uuid").is_err());
         assert!(parse_new_job_id("019539a4aaaa70008000111111111111").is_err());
+    }
+
+    #[test]
+    fn nul_characters_are_refused_anywhere() {
+        assert!(check_no_nul("x", &json!({"a": ["ok", {"b": "fine"}]})).is_ok());
+        assert!(check_no_nul("x", &json!(["a\u{0}b"])).is_err());
+        assert!(check_no_nul("x", &json!({"k\u{0}": 1})).is_err());
+        assert!(check_text("w", "w\u{0}").is_err());
+        assert!(check_offset(-1).is_err() && check_offset(2_147_483_648).is_err());
     }
 
     #[test]

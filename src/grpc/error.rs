@@ -19,7 +19,9 @@ pub fn code_of(kind: ErrorKind) -> Code {
             Code::FailedPrecondition
         }
         ErrorKind::ReadOnly => Code::PermissionDenied,
-        ErrorKind::RateLimited | ErrorKind::PayloadTooLarge => Code::ResourceExhausted,
+        ErrorKind::RateLimited | ErrorKind::QuotaExceeded | ErrorKind::PayloadTooLarge => {
+            Code::ResourceExhausted
+        }
         ErrorKind::BatchTooLarge => Code::OutOfRange,
         ErrorKind::Backend => Code::Internal,
         ErrorKind::Unavailable => Code::Unavailable,

@@ -1,9 +1,11 @@
-//! The gRPC adapter: `ojs.v1.OJSService` (wire-compatible with the public OJS protos) over the
-//! core service. It converts messages and errors; it holds no rule of its own.
+//! The gRPC adapter: `ojs.v1.OJSService` (wire-compatible with the public OJS protos) and
+//! `pgvs3.v1.StreamService` over the core service. It converts messages and errors; it holds no
+//! rule of its own.
 
 mod convert;
 mod error;
 mod service;
+mod streams;
 
 use std::sync::Arc;
 
@@ -12,6 +14,7 @@ use tower::ServiceExt;
 use crate::core::Service;
 pub use error::status_of;
 pub use service::GrpcAdapter;
+pub use streams::StreamAdapter;
 
 /// Messages and services generated from `proto/` by build.rs.
 #[allow(missing_docs, clippy::all)]
@@ -45,11 +48,21 @@ include!(concat!(env!("OUT_DIR"), "/grpc_operations.rs"));
 
 /// The gRPC routes of the service, to merge into the HTTP router (one port) or serve alone.
 pub fn router(service: Arc<Service>, max_message_bytes: usize) -> axum::Router {
-    use proto::ojs::v1::ojs_service_server::{OjsServiceServer, SERVICE_NAME};
-    let ojs = OjsServiceServer::new(GrpcAdapter::new(service))
+    use proto::ojs::v1::ojs_service_server::{OjsServiceServer, SERVICE_NAME as OJS};
+    use proto::pgvs3::v1::stream_service_server::{SERVICE_NAME as STREAMS, StreamServiceServer};
+    let ojs = OjsServiceServer::new(GrpcAdapter::new(service.clone()))
         .max_decoding_message_size(max_message_bytes);
-    axum::Router::new().route_service(
-        &format!("/{SERVICE_NAME}/{{*rest}}"),
-        ojs.map_request(|req: http::Request<axum::body::Body>| req.map(tonic::body::Body::new)),
-    )
+    let streams = StreamServiceServer::new(StreamAdapter::new(service))
+        .max_decoding_message_size(max_message_bytes);
+    axum::Router::new()
+        .route_service(
+            &format!("/{OJS}/{{*rest}}"),
+            ojs.map_request(|req: http::Request<axum::body::Body>| req.map(tonic::body::Body::new)),
+        )
+        .route_service(
+            &format!("/{STREAMS}/{{*rest}}"),
+            streams.map_request(|req: http::Request<axum::body::Body>| {
+                req.map(tonic::body::Body::new)
+            }),
+        )
 }

@@ -1,11 +1,9 @@
 //! Core types ↔ OpenAPI wire types.
 
 use crate::core::job::{Failure, Heartbeat, JobOptions, RetryPolicy};
-use crate::core::stream::{
-    Appended, Batch, ConsumerInfo, NewMessage, StreamConfig, StreamDeadLetter,
-};
+use crate::core::stream::{Appended, Batch, ConsumerInfo, NewMessage, StreamDeadLetter};
 use crate::core::time::{format_duration_ms, format_time};
-use crate::core::{CoreError, EnqueueJob, Job, JobState};
+use crate::core::{CoreError, EnqueueJob, Job, JobState, QueueConfigChanges};
 
 use super::api::types;
 
@@ -245,13 +243,46 @@ pub fn consumer(c: &ConsumerInfo) -> types::ConsumerInfo {
     }
 }
 
-/// Stream settings on the wire.
-pub fn stream_config(c: &StreamConfig) -> types::StreamConfig {
-    types::StreamConfig {
-        max_retries: i64::from(c.max_retries),
-        retention: format!("{}ms", c.retention_ms),
-        retention_ms: c.retention_ms,
-    }
+/// A queue configuration (as `s3p.queue_config` returns it) on the wire.
+pub fn queue_config(config: serde_json::Value) -> Result<types::QueueConfig, CoreError> {
+    let int = |key: &str| config.get(key).and_then(serde_json::Value::as_i64);
+    let retention_ms = int("retention_ms").unwrap_or_default();
+    Ok(types::QueueConfig {
+        max_retries: int("max_retries").unwrap_or_default(),
+        retention: format!("{retention_ms}ms"),
+        retention_ms,
+        job_retention_ms: int("job_retention_ms"),
+        max_jobs: int("max_jobs"),
+        max_stream_events: int("max_stream_events"),
+        autovacuum: config
+            .get("autovacuum")
+            .and_then(|a| a.as_object().cloned()),
+    })
+}
+
+/// Configuration changes in core terms; a quota may be an integer or null (cleared).
+pub fn queue_config_changes(
+    body: types::QueueConfigUpdate,
+) -> Result<QueueConfigChanges, CoreError> {
+    let quota =
+        |field: &str, value: Option<serde_json::Value>| -> Result<Option<Option<i64>>, CoreError> {
+            match value {
+                None => Ok(None),
+                Some(serde_json::Value::Null) => Ok(Some(None)),
+                Some(v) => v.as_i64().map(|n| Some(Some(n))).ok_or_else(|| {
+                    CoreError::invalid(format!("{field} must be an integer or null"))
+                        .with_detail("field", field.into())
+                }),
+            }
+        };
+    Ok(QueueConfigChanges {
+        max_retries: body.max_retries,
+        retention: body.retention,
+        job_retention: body.job_retention,
+        max_jobs: quota("max_jobs", body.max_jobs)?,
+        max_stream_events: quota("max_stream_events", body.max_stream_events)?,
+        autovacuum: body.autovacuum,
+    })
 }
 
 /// A stream dead letter on the wire.

@@ -40,7 +40,7 @@ pub fn status_of(kind: ErrorKind) -> StatusCode {
         ErrorKind::NotFound => StatusCode::NOT_FOUND,
         ErrorKind::Conflict | ErrorKind::Duplicate | ErrorKind::StaleLease => StatusCode::CONFLICT,
         ErrorKind::ReadOnly => StatusCode::FORBIDDEN,
-        ErrorKind::RateLimited => StatusCode::TOO_MANY_REQUESTS,
+        ErrorKind::RateLimited | ErrorKind::QuotaExceeded => StatusCode::TOO_MANY_REQUESTS,
         ErrorKind::PayloadTooLarge | ErrorKind::BatchTooLarge => StatusCode::PAYLOAD_TOO_LARGE,
         ErrorKind::Backend => StatusCode::INTERNAL_SERVER_ERROR,
         ErrorKind::Unavailable => StatusCode::SERVICE_UNAVAILABLE,
@@ -64,6 +64,9 @@ fn hint_of(kind: ErrorKind) -> &'static str {
         }
         ErrorKind::ReadOnly => "Send mutations to a writable gateway.",
         ErrorKind::RateLimited => "Retry after the Retry-After interval.",
+        ErrorKind::QuotaExceeded => {
+            "Free room (finish jobs, let events age out, drop queues) or raise the quota."
+        }
         ErrorKind::PayloadTooLarge => "Send a smaller body, or split a batch.",
         ErrorKind::BatchTooLarge => "Receive again with a larger max; the cursor did not move.",
         ErrorKind::Unsupported => "Use OJS-Version 1.0.",

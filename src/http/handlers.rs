@@ -6,7 +6,7 @@ use super::api::{self, types};
 use super::{ApiError, RequestContext, convert};
 use crate::core::stream::Receive;
 use crate::core::time::format_time;
-use crate::core::{AckJob, FetchJobs, NackJob, Service};
+use crate::core::{AckJob, FetchJobs, NackJob, QueueConfigChanges, Service};
 
 /// The HTTP binding of the service.
 pub struct HttpAdapter {
@@ -443,30 +443,115 @@ impl api::HttpApi for HttpAdapter {
         }))
     }
 
-    async fn get_stream_config(
+    async fn get_queue_config(
         &self,
         _ctx: RequestContext,
         q: String,
-    ) -> Result<api::GetStreamConfigResponse, ApiError> {
-        let config = self.service.stream_config(&q, None, None).await?;
-        Ok(api::GetStreamConfigResponse::Ok(convert::stream_config(
-            &config,
-        )))
-    }
-
-    async fn set_stream_config(
-        &self,
-        _ctx: RequestContext,
-        q: String,
-        body: types::StreamConfigUpdate,
-    ) -> Result<api::SetStreamConfigResponse, ApiError> {
+    ) -> Result<api::GetQueueConfigResponse, ApiError> {
         let config = self
             .service
-            .stream_config(&q, body.max_retries, body.retention.as_deref())
+            .queue_config(&q, QueueConfigChanges::default())
             .await?;
-        Ok(api::SetStreamConfigResponse::Ok(convert::stream_config(
-            &config,
-        )))
+        Ok(api::GetQueueConfigResponse::Ok(convert::queue_config(
+            config,
+        )?))
+    }
+
+    async fn set_queue_config(
+        &self,
+        _ctx: RequestContext,
+        q: String,
+        body: types::QueueConfigUpdate,
+    ) -> Result<api::SetQueueConfigResponse, ApiError> {
+        let changes = convert::queue_config_changes(body)?;
+        let config = self.service.queue_config(&q, changes).await?;
+        Ok(api::SetQueueConfigResponse::Ok(convert::queue_config(
+            config,
+        )?))
+    }
+
+    async fn create_queue(
+        &self,
+        _ctx: RequestContext,
+        body: types::CreateQueueRequest,
+    ) -> Result<api::CreateQueueResponse, ApiError> {
+        let created = self.service.create_queue(&body.name).await?;
+        let queue = self
+            .service
+            .list_queues()
+            .await?
+            .into_iter()
+            .find(|q| q.name == body.name)
+            .ok_or_else(|| crate::core::CoreError::not_found("queue", &body.name))?;
+        let envelope = types::QueueEnvelope {
+            queue: types::QueueSummary {
+                name: queue.name,
+                status: if queue.paused { "paused" } else { "active" }.to_string(),
+                created_at: format_time(&queue.created_at),
+            },
+        };
+        Ok(if created {
+            api::CreateQueueResponse::Created(envelope)
+        } else {
+            api::CreateQueueResponse::Ok(envelope)
+        })
+    }
+
+    async fn drop_queue(
+        &self,
+        _ctx: RequestContext,
+        q: String,
+    ) -> Result<api::DropQueueResponse, ApiError> {
+        self.service.drop_queue(&q).await?;
+        Ok(api::DropQueueResponse::Ok(types::QueueDropped {
+            dropped: true,
+            queue: q,
+        }))
+    }
+
+    async fn queue_stats(
+        &self,
+        _ctx: RequestContext,
+        q: String,
+    ) -> Result<api::QueueStatsResponse, ApiError> {
+        let stats = self.service.queue_stats(&q).await?;
+        let mut extra = stats.as_object().cloned().unwrap_or_default();
+        let paused = extra
+            .remove("paused")
+            .and_then(|p| p.as_bool())
+            .unwrap_or(false);
+        extra.remove("name");
+        Ok(api::QueueStatsResponse::Ok(types::QueueStatsEnvelope {
+            queue: types::QueueStats {
+                name: q,
+                paused,
+                extra,
+            },
+        }))
+    }
+
+    async fn pause_queue(
+        &self,
+        _ctx: RequestContext,
+        q: String,
+        _body: Option<types::Empty>,
+    ) -> Result<api::PauseQueueResponse, ApiError> {
+        let paused = self.service.set_paused(&q, true).await?;
+        Ok(api::PauseQueueResponse::Ok(types::QueuePaused {
+            queue: types::QueuePauseState { name: q, paused },
+        }))
+    }
+
+    async fn resume_queue(
+        &self,
+        _ctx: RequestContext,
+        q: String,
+        _body: Option<types::Empty>,
+    ) -> Result<api::ResumeQueueResponse, ApiError> {
+        let paused = self.service.set_paused(&q, false).await?;
+        Ok(api::ResumeQueueResponse::Ok(types::QueuePaused {
+            queue: types::QueuePauseState { name: q, paused },
+        }))
     }
 
     async fn list_stream_dead_letters(

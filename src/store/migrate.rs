@@ -10,6 +10,11 @@ const MIGRATIONS: &[(i32, &str, &str)] = &[
     (1, "catalog", include_str!("../../sql/001_catalog.sql")),
     (2, "jobs", include_str!("../../sql/002_jobs.sql")),
     (3, "streams", include_str!("../../sql/003_streams.sql")),
+    (
+        4,
+        "namespaces",
+        include_str!("../../sql/004_namespaces.sql"),
+    ),
 ];
 
 /// The queue schema template and its version; bump the version whenever the template changes.

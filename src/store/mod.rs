@@ -136,6 +136,15 @@ pub fn map_db_error(error: sqlx::Error) -> CoreError {
                 Some("PV410") => ErrorKind::StaleLease,
                 Some("PV411") => ErrorKind::Duplicate,
                 Some("PV413") => ErrorKind::BatchTooLarge,
+                Some("PV429") => {
+                    let quota = db
+                        .try_downcast_ref::<sqlx::postgres::PgDatabaseError>()
+                        .and_then(|e| e.detail())
+                        .unwrap_or("quota")
+                        .to_string();
+                    return CoreError::new(ErrorKind::QuotaExceeded, db.message().to_string())
+                        .with_detail("quota", quota.into());
+                }
                 Some("PV422") => ErrorKind::ValidationError,
                 // read_only_sql_transaction: the database is a standby.
                 Some("25006") => ErrorKind::ReadOnly,
@@ -175,11 +184,17 @@ fn one(rows: Vec<JobRow>, id: Uuid) -> Result<Job, CoreError> {
 }
 
 impl Store {
-    /// Connects a pool of `max_connections` and starts the job-signal listener.
-    pub async fn connect(url: &str, max_connections: u32) -> Result<Store, CoreError> {
+    /// Connects a pool of `max_connections` and starts the signal listener. `max_queues` (0 =
+    /// unlimited) is the server-wide namespace quota, handed to SQL as the `s3p.max_queues` setting.
+    pub async fn connect(
+        url: &str,
+        max_connections: u32,
+        max_queues: i64,
+    ) -> Result<Store, CoreError> {
         let options: PgConnectOptions = url
-            .parse()
-            .map_err(|e| CoreError::invalid(format!("DATABASE_URL is not a valid URL: {e}")))?;
+            .parse::<PgConnectOptions>()
+            .map_err(|e| CoreError::invalid(format!("DATABASE_URL is not a valid URL: {e}")))?
+            .options([("s3p.max_queues", max_queues.max(0).to_string())]);
         let pool = PgPoolOptions::new()
             .max_connections(max_connections)
             .acquire_timeout(Duration::from_secs(10))
@@ -422,6 +437,71 @@ impl Store {
             retries_moved,
             rotations,
         })
+    }
+
+    /// Whether the database is a hot standby (read-only).
+    pub async fn in_recovery(&self) -> Result<bool, CoreError> {
+        sqlx::query_scalar("SELECT pg_is_in_recovery()")
+            .fetch_one(&self.pool)
+            .await
+            .map_err(map_db_error)
+    }
+
+    /// `s3p.create_queue`: true when it was created now.
+    pub async fn create_queue(&self, queue: &str) -> Result<bool, CoreError> {
+        sqlx::query_scalar("SELECT s3p.create_queue($1)")
+            .bind(queue)
+            .fetch_one(&self.pool)
+            .await
+            .map_err(map_db_error)
+    }
+
+    /// `s3p.drop_queue`.
+    pub async fn drop_queue(&self, queue: &str) -> Result<(), CoreError> {
+        sqlx::query("SELECT s3p.drop_queue($1)")
+            .bind(queue)
+            .execute(&self.pool)
+            .await
+            .map(|_| ())
+            .map_err(map_db_error)
+    }
+
+    /// `s3p.adopt_queue`: how many job ids were indexed.
+    pub async fn adopt_queue(&self, queue: &str) -> Result<i64, CoreError> {
+        sqlx::query_scalar("SELECT s3p.adopt_queue($1)")
+            .bind(queue)
+            .fetch_one(&self.pool)
+            .await
+            .map_err(map_db_error)
+    }
+
+    /// `s3p.queue_stats`.
+    pub async fn queue_stats(&self, queue: &str) -> Result<Value, CoreError> {
+        sqlx::query_scalar("SELECT s3p.queue_stats($1)")
+            .bind(queue)
+            .fetch_one(&self.pool)
+            .await
+            .map_err(map_db_error)
+    }
+
+    /// `s3p.queue_config`.
+    pub async fn queue_config(&self, queue: &str, changes: &Value) -> Result<Value, CoreError> {
+        sqlx::query_scalar("SELECT s3p.queue_config($1, $2)")
+            .bind(queue)
+            .bind(changes)
+            .fetch_one(&self.pool)
+            .await
+            .map_err(map_db_error)
+    }
+
+    /// `s3p.set_paused`.
+    pub async fn set_paused(&self, queue: &str, paused: bool) -> Result<bool, CoreError> {
+        sqlx::query_scalar("SELECT s3p.set_paused($1, $2)")
+            .bind(queue)
+            .bind(paused)
+            .fetch_one(&self.pool)
+            .await
+            .map_err(map_db_error)
     }
 
     /// `s3p.list_queues`.

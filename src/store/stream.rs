@@ -62,6 +62,17 @@ fn batch(rows: Vec<BatchRow>) -> Option<Batch> {
 }
 
 #[derive(sqlx::FromRow)]
+struct ConsumerRow {
+    consumer: String,
+    last_tick: i64,
+    next_tick: i64,
+    cooperative: bool,
+    created_at: DateTime<Utc>,
+    ticks_behind: i64,
+    active_batches: Value,
+}
+
+#[derive(sqlx::FromRow)]
 struct DeadLetterRow {
     id: Uuid,
     event_id: Uuid,
@@ -139,33 +150,22 @@ impl Store {
 
     /// `s3p.stream_consumers`.
     pub async fn stream_consumers(&self, queue: &str) -> Result<Vec<ConsumerInfo>, CoreError> {
-        let rows: Vec<(String, i64, i64, bool, DateTime<Utc>, i64, Value)> =
-            sqlx::query_as("SELECT * FROM s3p.stream_consumers($1)")
-                .bind(queue)
-                .fetch_all(self.pool())
-                .await
-                .map_err(map_db_error)?;
+        let rows: Vec<ConsumerRow> = sqlx::query_as("SELECT * FROM s3p.stream_consumers($1)")
+            .bind(queue)
+            .fetch_all(self.pool())
+            .await
+            .map_err(map_db_error)?;
         Ok(rows
             .into_iter()
-            .map(
-                |(
-                    name,
-                    last_tick,
-                    next_tick,
-                    cooperative,
-                    created_at,
-                    ticks_behind,
-                    active_batches,
-                )| ConsumerInfo {
-                    name,
-                    last_tick,
-                    next_tick,
-                    cooperative,
-                    created_at,
-                    ticks_behind,
-                    active_batches,
-                },
-            )
+            .map(|r| ConsumerInfo {
+                name: r.consumer,
+                last_tick: r.last_tick,
+                next_tick: r.next_tick,
+                cooperative: r.cooperative,
+                created_at: r.created_at,
+                ticks_behind: r.ticks_behind,
+                active_batches: r.active_batches,
+            })
             .collect())
     }
 

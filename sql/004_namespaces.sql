@@ -1,0 +1,144 @@
+-- Namespace administration: create, drop, adopt (after a restore), configuration and statistics.
+
+-- Creates a queue namespace explicitly; false when it already existed.
+CREATE OR REPLACE FUNCTION s3p.create_queue(queue text) RETURNS boolean
+LANGUAGE plpgsql AS $$
+DECLARE
+    existed boolean := EXISTS (SELECT 1 FROM s3p.queues q WHERE q.name = queue);
+BEGIN
+    PERFORM s3p.ensure_queue_schema(queue);
+    RETURN NOT existed;
+END
+$$;
+
+-- Drops a queue: both views at once (DROP SCHEMA), its catalog row and its job ids.
+CREATE OR REPLACE FUNCTION s3p.drop_queue(queue text) RETURNS boolean
+LANGUAGE plpgsql AS $$
+DECLARE
+    queue_schema text;
+BEGIN
+    PERFORM pg_advisory_xact_lock(hashtext('s3p.queue:' || queue));
+    SELECT q.schema_name INTO queue_schema FROM s3p.queues q WHERE q.name = queue FOR UPDATE;
+    IF queue_schema IS NULL THEN
+        RAISE EXCEPTION 'queue % not found', queue USING ERRCODE = 'PV404';
+    END IF;
+    EXECUTE format('DROP SCHEMA %I CASCADE', queue_schema);
+    DELETE FROM s3p.job_index i WHERE i.queue = drop_queue.queue;
+    DELETE FROM s3p.queues q WHERE q.name = queue;
+    RETURN true;
+END
+$$;
+
+-- Registers a queue schema restored from `pg_dump -n s3q_<name>` and rebuilds its job ids.
+CREATE OR REPLACE FUNCTION s3p.adopt_queue(queue text) RETURNS bigint
+LANGUAGE plpgsql AS $$
+DECLARE
+    queue_schema text := s3p.schema_name_for(queue);
+    adopted bigint;
+BEGIN
+    IF to_regnamespace(quote_ident(queue_schema)) IS NULL THEN
+        RAISE EXCEPTION 'schema % does not exist', queue_schema USING ERRCODE = 'PV404';
+    END IF;
+    INSERT INTO s3p.queues (name, schema_name, template_version)
+    VALUES (queue, queue_schema, 0)
+    ON CONFLICT (name) DO NOTHING;
+    PERFORM s3p.ensure_queue_schema(queue);
+    EXECUTE format('INSERT INTO s3p.job_index (id, queue) SELECT id, $1 FROM %I.jobs ON CONFLICT DO NOTHING',
+                   queue_schema) USING queue;
+    GET DIAGNOSTICS adopted = ROW_COUNT;
+    RETURN adopted;
+END
+$$;
+
+-- Job state counts and stream counts of a queue.
+CREATE OR REPLACE FUNCTION s3p.queue_stats(queue text) RETURNS jsonb
+LANGUAGE plpgsql STABLE AS $$
+DECLARE
+    q s3p.queues;
+    counts jsonb;
+    stream jsonb;
+BEGIN
+    SELECT * INTO q FROM s3p.queues WHERE name = queue;
+    IF NOT FOUND THEN
+        RAISE EXCEPTION 'queue % not found', queue USING ERRCODE = 'PV404';
+    END IF;
+    EXECUTE format($f$
+        SELECT jsonb_build_object(
+            'available', count(*) FILTER (WHERE state = 'available' OR (state IN ('scheduled', 'retryable') AND run_at <= now())),
+            'scheduled', count(*) FILTER (WHERE state = 'scheduled' AND run_at > now()),
+            'pending', count(*) FILTER (WHERE state = 'pending'),
+            'active', count(*) FILTER (WHERE state = 'active'),
+            'retryable', count(*) FILTER (WHERE state = 'retryable' AND run_at > now()),
+            'completed', count(*) FILTER (WHERE state = 'completed'),
+            'cancelled', count(*) FILTER (WHERE state = 'cancelled'),
+            'discarded', count(*) FILTER (WHERE state = 'discarded'),
+            'dead_letters', count(*) FILTER (WHERE state = 'discarded' AND retry->>'on_exhaustion' = 'dead_letter'),
+            'completed_last_hour', count(*) FILTER (WHERE state = 'completed' AND completed_at > now() - interval '1 hour'),
+            'failed_last_hour', count(*) FILTER (WHERE state = 'discarded' AND completed_at > now() - interval '1 hour'))
+        FROM %I.jobs $f$, q.schema_name) INTO counts;
+    EXECUTE format($f$
+        SELECT jsonb_build_object(
+            'events', (SELECT count(*) FROM %1$I.stream_events),
+            'consumers', (SELECT count(*) FROM %1$I.stream_subscriptions),
+            'dead_letters', (SELECT count(*) FROM %1$I.stream_dead_letters),
+            'pending_retries', (SELECT count(*) FROM %1$I.stream_retry_events)) $f$, q.schema_name) INTO stream;
+    RETURN counts || jsonb_build_object('name', q.name, 'paused', q.paused, 'created_at', q.created_at,
+                                        'stream', stream);
+END
+$$;
+
+-- Reads or updates a queue's configuration. `changes` may hold job_retention_ms, max_jobs,
+-- max_stream_events (JSON null clears a quota), autovacuum (storage parameters of the jobs table),
+-- max_retries and retention_ms (stream). Returns the whole configuration.
+CREATE OR REPLACE FUNCTION s3p.queue_config(queue text, changes jsonb) RETURNS jsonb
+LANGUAGE plpgsql AS $$
+DECLARE
+    q s3p.queues;
+    stream record;
+    setting record;
+    allowed text[] := ARRAY['autovacuum_enabled', 'autovacuum_vacuum_threshold',
+                            'autovacuum_vacuum_scale_factor', 'autovacuum_analyze_threshold',
+                            'autovacuum_analyze_scale_factor', 'autovacuum_vacuum_cost_delay',
+                            'autovacuum_vacuum_cost_limit', 'fillfactor'];
+BEGIN
+    SELECT * INTO q FROM s3p.queues WHERE name = queue FOR UPDATE;
+    IF NOT FOUND THEN
+        RAISE EXCEPTION 'queue % not found', queue USING ERRCODE = 'PV404';
+    END IF;
+    changes := coalesce(changes, '{}'::jsonb);
+    IF changes ? 'autovacuum' THEN
+        FOR setting IN SELECT key, value FROM jsonb_each(changes->'autovacuum') LOOP
+            IF NOT setting.key = ANY (allowed) THEN
+                RAISE EXCEPTION 'autovacuum setting % is not supported (use one of %)', setting.key, allowed
+                    USING ERRCODE = 'PV400';
+            END IF;
+            IF jsonb_typeof(setting.value) NOT IN ('number', 'boolean') THEN
+                RAISE EXCEPTION 'autovacuum setting % must be a number or boolean', setting.key
+                    USING ERRCODE = 'PV400';
+            END IF;
+            EXECUTE format('ALTER TABLE %I.jobs SET (%s = %s)', q.schema_name, setting.key, setting.value #>> '{}');
+        END LOOP;
+        q.settings := q.settings || jsonb_build_object('autovacuum',
+            coalesce(q.settings->'autovacuum', '{}'::jsonb) || (changes->'autovacuum'));
+    END IF;
+    q.settings := jsonb_strip_nulls(q.settings || (changes - 'autovacuum' - 'max_retries' - 'retention_ms'));
+    UPDATE s3p.queues SET settings = q.settings WHERE name = queue;
+    EXECUTE format('SELECT * FROM %I.stream_configure($1, $2)', q.schema_name)
+        INTO stream USING (changes->>'max_retries')::int, (changes->>'retention_ms')::bigint;
+    RETURN q.settings || jsonb_build_object('max_retries', stream.max_retries, 'retention_ms', stream.retention_ms);
+END
+$$;
+
+-- Pauses or resumes delivery of a queue's jobs (enqueue keeps working); creates the queue first
+-- if needed, so a queue can be paused before its first job.
+CREATE OR REPLACE FUNCTION s3p.set_paused(queue text, pause boolean) RETURNS boolean
+LANGUAGE plpgsql AS $$
+BEGIN
+    PERFORM s3p.ensure_queue_schema(queue);
+    UPDATE s3p.queues SET paused = pause WHERE name = queue;
+    IF NOT pause THEN
+        PERFORM pg_notify('s3p_jobs', queue);
+    END IF;
+    RETURN pause;
+END
+$$;

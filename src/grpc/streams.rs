@@ -1,0 +1,423 @@
+//! `pgvs3.v1.StreamService` implemented over the core service: conversion only, mirroring the
+//! HTTP stream routes.
+
+use std::collections::HashMap;
+use std::sync::Arc;
+
+use serde_json::{Map, Value};
+use tonic::{Request, Response, Status};
+
+use super::convert::{created_at, from_value, to_struct, to_value};
+use super::proto::pgvs3::v1 as pb;
+use super::proto::pgvs3::v1::stream_service_server::StreamService;
+use super::status_of;
+use crate::core::stream::{
+    Appended, Batch, ConsumerInfo, NewMessage, Receive, StreamConfig, StreamDeadLetter, StreamEvent,
+};
+use crate::core::{CoreError, Service};
+use crate::middleware::{AdmissionSlot, RequestId};
+
+/// The gRPC binding of the stream half of the service.
+#[derive(Clone)]
+pub struct StreamAdapter {
+    service: Arc<Service>,
+}
+
+impl StreamAdapter {
+    /// An adapter over `service`.
+    pub fn new(service: Arc<Service>) -> Self {
+        StreamAdapter { service }
+    }
+}
+
+fn request_id<T>(request: &Request<T>) -> String {
+    request
+        .extensions()
+        .get::<RequestId>()
+        .map(|r| r.0.clone())
+        .unwrap_or_else(RequestId::generate)
+}
+
+/// Maps a core result to a response, or to a status stamped with the request id.
+fn answer<T>(id: &str, result: Result<T, CoreError>) -> Result<Response<T>, Status> {
+    result.map(Response::new).map_err(|e| status_of(&e, id))
+}
+
+/// A message to append, in core terms; an empty id or header map means "not given".
+fn message(m: pb::Message) -> NewMessage {
+    NewMessage {
+        id: (!m.id.is_empty()).then_some(m.id),
+        message_type: m.r#type,
+        payload: m.payload.map_or(Value::Null, from_value),
+        headers: (!m.headers.is_empty()).then(|| {
+            m.headers
+                .into_iter()
+                .map(|(k, v)| (k, Value::String(v)))
+                .collect::<Map<String, Value>>()
+        }),
+    }
+}
+
+/// Stored headers (a JSON object of strings) as a protobuf map.
+fn headers(headers: Option<&Value>) -> HashMap<String, String> {
+    headers
+        .and_then(Value::as_object)
+        .map(|h| {
+            h.iter()
+                .map(|(k, v)| {
+                    let text = v.as_str().map_or_else(|| v.to_string(), str::to_string);
+                    (k.clone(), text)
+                })
+                .collect()
+        })
+        .unwrap_or_default()
+}
+
+fn appended(a: &Appended) -> pb::Appended {
+    pb::Appended {
+        id: a.id.to_string(),
+        seq: a.seq,
+    }
+}
+
+fn event(e: &StreamEvent) -> pb::Event {
+    pb::Event {
+        id: e.id.to_string(),
+        seq: e.seq,
+        r#type: e.message_type.clone(),
+        payload: Some(to_value(&e.payload)),
+        headers: headers(e.headers.as_ref()),
+        retry_count: e.retry_count,
+        created_at: Some(created_at(&e.created_at)),
+    }
+}
+
+fn batch(b: &Batch) -> pb::Batch {
+    pb::Batch {
+        batch_id: b.id.to_string(),
+        consumer: b.consumer.clone(),
+        member: b.member.clone().unwrap_or_default(),
+        start_tick: b.start_tick,
+        end_tick: b.end_tick,
+        state: b.state.clone(),
+        created_at: Some(created_at(&b.created_at)),
+        count: b.events.len() as i64,
+        events: b.events.iter().map(event).collect(),
+    }
+}
+
+fn consumer(c: &ConsumerInfo) -> pb::Consumer {
+    pb::Consumer {
+        consumer: c.name.clone(),
+        last_tick: c.last_tick,
+        next_tick: c.next_tick,
+        cooperative: c.cooperative,
+        created_at: Some(created_at(&c.created_at)),
+        ticks_behind: c.ticks_behind,
+        active_batches: c
+            .active_batches
+            .as_array()
+            .map(|a| {
+                a.iter()
+                    .filter_map(Value::as_object)
+                    .map(to_struct)
+                    .collect()
+            })
+            .unwrap_or_default(),
+    }
+}
+
+fn config(c: &StreamConfig) -> pb::StreamConfig {
+    pb::StreamConfig {
+        max_retries: c.max_retries,
+        retention: format!("{}ms", c.retention_ms),
+        retention_ms: c.retention_ms,
+    }
+}
+
+fn dead_letter(d: &StreamDeadLetter) -> pb::DeadLetter {
+    pb::DeadLetter {
+        id: d.id.to_string(),
+        message_id: d.event_id.to_string(),
+        consumer: d.consumer.clone(),
+        r#type: d.message_type.clone(),
+        payload: Some(to_value(&d.payload)),
+        headers: headers(d.headers.as_ref()),
+        retry_count: d.retry_count,
+        reason: d.reason.clone(),
+        failed_at: Some(created_at(&d.failed_at)),
+    }
+}
+
+#[tonic::async_trait]
+impl StreamService for StreamAdapter {
+    async fn append(
+        &self,
+        request: Request<pb::AppendRequest>,
+    ) -> Result<Response<pb::AppendResponse>, Status> {
+        let id = request_id(&request);
+        let r = request.into_inner();
+        let messages: Vec<_> = r.messages.into_iter().map(message).collect();
+        let result = self.service.append(&r.queue, &messages).await;
+        answer(
+            &id,
+            result.map(|done| pb::AppendResponse {
+                count: done.len() as i64,
+                messages: done.iter().map(appended).collect(),
+                queue: r.queue,
+            }),
+        )
+    }
+
+    async fn subscribe(
+        &self,
+        request: Request<pb::SubscribeRequest>,
+    ) -> Result<Response<pb::SubscribeResponse>, Status> {
+        let id = request_id(&request);
+        let r = request.into_inner();
+        let result = self
+            .service
+            .subscribe(&r.queue, &r.consumer, r.from_tick, r.cooperative)
+            .await;
+        answer(
+            &id,
+            result.map(|s| pb::SubscribeResponse {
+                consumer: s.consumer,
+                last_tick: s.last_tick,
+                cooperative: s.cooperative,
+                created: s.created,
+            }),
+        )
+    }
+
+    async fn unsubscribe(
+        &self,
+        request: Request<pb::UnsubscribeRequest>,
+    ) -> Result<Response<pb::UnsubscribeResponse>, Status> {
+        let id = request_id(&request);
+        let r = request.into_inner();
+        let result = self.service.unsubscribe(&r.queue, &r.consumer).await;
+        answer(
+            &id,
+            result.map(|()| pb::UnsubscribeResponse {
+                deleted: true,
+                consumer: r.consumer,
+            }),
+        )
+    }
+
+    async fn list_consumers(
+        &self,
+        request: Request<pb::ListConsumersRequest>,
+    ) -> Result<Response<pb::ListConsumersResponse>, Status> {
+        let id = request_id(&request);
+        let result = self.service.consumers(&request.into_inner().queue).await;
+        answer(
+            &id,
+            result.map(|list| pb::ListConsumersResponse {
+                consumers: list.iter().map(consumer).collect(),
+            }),
+        )
+    }
+
+    async fn receive(
+        &self,
+        request: Request<pb::ReceiveRequest>,
+    ) -> Result<Response<pb::ReceiveResponse>, Status> {
+        let id = request_id(&request);
+        let slot = request
+            .extensions()
+            .get::<AdmissionSlot>()
+            .cloned()
+            .unwrap_or_default();
+        let r = request.into_inner();
+        let receive = Receive {
+            consumer: r.consumer,
+            member: r.member,
+            max: r.max,
+            wait_ms: r.wait_ms,
+        };
+        let result = self
+            .service
+            .receive(&r.queue, receive, || slot.release())
+            .await;
+        answer(
+            &id,
+            result.map(|b| pb::ReceiveResponse {
+                batch: b.as_ref().map(batch),
+            }),
+        )
+    }
+
+    async fn get_batch(
+        &self,
+        request: Request<pb::GetBatchRequest>,
+    ) -> Result<Response<pb::GetBatchResponse>, Status> {
+        let id = request_id(&request);
+        let r = request.into_inner();
+        let result = self.service.batch(&r.queue, &r.batch_id).await;
+        answer(
+            &id,
+            result.map(|b| pb::GetBatchResponse {
+                batch: Some(batch(&b)),
+            }),
+        )
+    }
+
+    async fn ack(
+        &self,
+        request: Request<pb::AckRequest>,
+    ) -> Result<Response<pb::AckResponse>, Status> {
+        let id = request_id(&request);
+        let r = request.into_inner();
+        let result = self
+            .service
+            .stream_ack(&r.queue, &r.batch_id, r.consumer.as_deref())
+            .await;
+        answer(
+            &id,
+            result.map(|cursor| pb::AckResponse {
+                acknowledged: true,
+                batch_id: r.batch_id,
+                cursor_tick: cursor,
+            }),
+        )
+    }
+
+    async fn nack(
+        &self,
+        request: Request<pb::NackRequest>,
+    ) -> Result<Response<pb::NackResponse>, Status> {
+        let id = request_id(&request);
+        let r = request.into_inner();
+        let result = self
+            .service
+            .stream_nack(
+                &r.queue,
+                &r.batch_id,
+                &r.message_id,
+                r.consumer.as_deref(),
+                r.retry_after.as_deref(),
+                r.reason.as_deref(),
+            )
+            .await;
+        answer(
+            &id,
+            result.map(|o| pb::NackResponse {
+                outcome: o.outcome,
+                retry_count: o.retry_count,
+                due_at: o.due_at.as_ref().map(created_at),
+            }),
+        )
+    }
+
+    async fn info(
+        &self,
+        request: Request<pb::InfoRequest>,
+    ) -> Result<Response<pb::InfoResponse>, Status> {
+        let id = request_id(&request);
+        let queue = request.into_inner().queue;
+        let result = self.service.stream_info(&queue).await;
+        answer(
+            &id,
+            result.map(|info| {
+                let mut fields = info.as_object().cloned().unwrap_or_default();
+                fields.remove("queue");
+                pb::InfoResponse {
+                    queue,
+                    info: Some(to_struct(&fields)),
+                }
+            }),
+        )
+    }
+
+    async fn get_config(
+        &self,
+        request: Request<pb::GetConfigRequest>,
+    ) -> Result<Response<pb::GetConfigResponse>, Status> {
+        let id = request_id(&request);
+        let queue = request.into_inner().queue;
+        let result = self.service.stream_config(&queue, None, None).await;
+        answer(
+            &id,
+            result.map(|c| pb::GetConfigResponse {
+                config: Some(config(&c)),
+            }),
+        )
+    }
+
+    async fn set_config(
+        &self,
+        request: Request<pb::SetConfigRequest>,
+    ) -> Result<Response<pb::SetConfigResponse>, Status> {
+        let id = request_id(&request);
+        let r = request.into_inner();
+        let result = self
+            .service
+            .stream_config(&r.queue, r.max_retries, r.retention.as_deref())
+            .await;
+        answer(
+            &id,
+            result.map(|c| pb::SetConfigResponse {
+                config: Some(config(&c)),
+            }),
+        )
+    }
+
+    async fn list_dead_letters(
+        &self,
+        request: Request<pb::ListDeadLettersRequest>,
+    ) -> Result<Response<pb::ListDeadLettersResponse>, Status> {
+        let id = request_id(&request);
+        let r = request.into_inner();
+        let result = self
+            .service
+            .stream_dead_letters(&r.queue, r.limit, r.offset)
+            .await;
+        answer(
+            &id,
+            result.map(|letters| pb::ListDeadLettersResponse {
+                dead_letters: letters.iter().map(dead_letter).collect(),
+            }),
+        )
+    }
+
+    async fn replay_dead_letter(
+        &self,
+        request: Request<pb::ReplayDeadLetterRequest>,
+    ) -> Result<Response<pb::ReplayDeadLetterResponse>, Status> {
+        let id = request_id(&request);
+        let r = request.into_inner();
+        let result = self.service.stream_replay(&r.queue, Some(&r.id)).await;
+        answer(
+            &id,
+            result.map(|replayed| pb::ReplayDeadLetterResponse { replayed }),
+        )
+    }
+
+    async fn replay_dead_letters(
+        &self,
+        request: Request<pb::ReplayDeadLettersRequest>,
+    ) -> Result<Response<pb::ReplayDeadLettersResponse>, Status> {
+        let id = request_id(&request);
+        let queue = request.into_inner().queue;
+        let result = self.service.stream_replay(&queue, None).await;
+        answer(
+            &id,
+            result.map(|replayed| pb::ReplayDeadLettersResponse { replayed }),
+        )
+    }
+
+    async fn purge_dead_letters(
+        &self,
+        request: Request<pb::PurgeDeadLettersRequest>,
+    ) -> Result<Response<pb::PurgeDeadLettersResponse>, Status> {
+        let id = request_id(&request);
+        let r = request.into_inner();
+        let result = self.service.stream_purge(&r.queue, &r.older_than).await;
+        answer(
+            &id,
+            result.map(|purged| pb::PurgeDeadLettersResponse { purged }),
+        )
+    }
+}
