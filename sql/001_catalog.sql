@@ -17,6 +17,14 @@ CREATE TABLE IF NOT EXISTS s3p.job_index (
     queue text NOT NULL
 );
 
+-- Unique-job keys: which job holds each key (strong uniqueness, enforced under the key's row lock).
+CREATE TABLE IF NOT EXISTS s3p.unique_keys (
+    key        text PRIMARY KEY,
+    job_id     uuid NOT NULL,
+    queue      text NOT NULL,
+    created_at timestamptz NOT NULL DEFAULT now()
+);
+
 -- The SQL that builds a queue schema; `__SCHEMA__` stands for the quoted schema name.
 CREATE TABLE IF NOT EXISTS s3p.queue_templates (
     version int PRIMARY KEY,
@@ -59,7 +67,10 @@ BEGIN
             error                 jsonb,
             errors                jsonb,
             retry_delay_ms        bigint,
-            seq                   bigint
+            seq                   bigint,
+            unique_key            text,
+            workflow_id           uuid,
+            parent_results        jsonb
         );
     END IF;
 END

@@ -44,18 +44,92 @@ BEGIN
 END
 $$;
 
--- Enqueues one job given as JSON with s3p.job field names; creates the queue on first use.
+-- Settles a unique key for a new job: `free` (the key is now the new job's), `ignore` (answer with
+-- `existing`), `replaced` (the holder was cancelled), or raises duplicate (reject). The key's row
+-- lock makes this strong: concurrent enqueues of one key are serialised.
+CREATE OR REPLACE FUNCTION s3p.settle_unique_key(new_job s3p.job, OUT outcome text, OUT existing s3p.job)
+LANGUAGE plpgsql AS $$
+DECLARE
+    holder s3p.unique_keys;
+    holder_schema text;
+    states text[];
+    period_ms bigint;
+    action text := coalesce(new_job.uniq->>'on_conflict', 'reject');
+BEGIN
+    INSERT INTO s3p.unique_keys (key, job_id, queue) VALUES (new_job.unique_key, new_job.id, new_job.queue)
+    ON CONFLICT (key) DO NOTHING;
+    IF FOUND THEN
+        outcome := 'free';
+        RETURN;
+    END IF;
+    SELECT * INTO holder FROM s3p.unique_keys k WHERE k.key = new_job.unique_key FOR UPDATE;
+    SELECT q.schema_name INTO holder_schema
+      FROM s3p.job_index i JOIN s3p.queues q ON q.name = i.queue WHERE i.id = holder.job_id;
+    IF holder_schema IS NOT NULL THEN
+        EXECUTE format('SELECT * FROM %I.get($1)', holder_schema) INTO existing USING holder.job_id;
+    END IF;
+    states := ARRAY(SELECT jsonb_array_elements_text(coalesce(new_job.uniq->'states',
+                    '["available","active","scheduled","retryable","pending"]'::jsonb)));
+    period_ms := (new_job.uniq->>'period_ms')::bigint;
+    IF existing.id IS NULL
+       OR NOT (existing.state = ANY (states))
+       OR (period_ms IS NOT NULL AND existing.created_at + make_interval(secs => period_ms / 1000.0) <= now()) THEN
+        UPDATE s3p.unique_keys k SET job_id = new_job.id, queue = new_job.queue, created_at = now()
+         WHERE k.key = new_job.unique_key;
+        outcome := 'free';
+        existing := NULL;
+        RETURN;
+    END IF;
+    IF action = 'ignore' THEN
+        outcome := 'ignore';
+        RETURN;
+    END IF;
+    IF action IN ('replace', 'replace_except_schedule') THEN
+        IF existing.state NOT IN ('completed', 'cancelled', 'discarded') THEN
+            PERFORM s3p.cancel(existing.id);
+        END IF;
+        UPDATE s3p.unique_keys k SET job_id = new_job.id, queue = new_job.queue, created_at = now()
+         WHERE k.key = new_job.unique_key;
+        outcome := 'replaced';
+        RETURN;
+    END IF;
+    RAISE EXCEPTION 'a job with the same unique key exists: %', existing.id
+        USING ERRCODE = 'PV411', DETAIL = existing.id::text;
+END
+$$;
+
+-- Enqueues one job given as JSON with s3p.job field names; creates the queue on first use. A
+-- unique job that hits `ignore` returns the existing job instead (the caller sees another id).
+-- `rate_limit_per_second`, when present, becomes the queue's claim rate.
 CREATE OR REPLACE FUNCTION s3p.enqueue(job jsonb) RETURNS SETOF s3p.job
 LANGUAGE plpgsql AS $$
 DECLARE
     new_job     s3p.job := jsonb_populate_record(NULL::s3p.job, job);
     queue_schema text := s3p.ensure_queue_schema(new_job.queue);
     stored      s3p.job;
+    settled     record;
 BEGIN
+    IF job ? 'rate_limit_per_second' THEN
+        UPDATE s3p.queues q
+           SET settings = q.settings || jsonb_build_object('rate_limit_per_second', job->'rate_limit_per_second')
+         WHERE q.name = new_job.queue
+           AND q.settings->'rate_limit_per_second' IS DISTINCT FROM job->'rate_limit_per_second';
+    END IF;
+    IF new_job.unique_key IS NOT NULL THEN
+        SELECT * INTO settled FROM s3p.settle_unique_key(new_job);
+        IF settled.outcome = 'ignore' THEN
+            RETURN NEXT settled.existing;
+            RETURN;
+        END IF;
+        IF settled.outcome = 'replaced' AND new_job.uniq->>'on_conflict' = 'replace_except_schedule' THEN
+            new_job.scheduled_at := (settled.existing).scheduled_at;
+        END IF;
+    END IF;
     INSERT INTO s3p.job_index (id, queue) VALUES (new_job.id, new_job.queue)
     ON CONFLICT (id) DO NOTHING;
     IF NOT FOUND THEN
-        RAISE EXCEPTION 'a job with id % already exists', new_job.id USING ERRCODE = 'PV411';
+        RAISE EXCEPTION 'a job with id % already exists', new_job.id
+            USING ERRCODE = 'PV411', DETAIL = new_job.id::text;
     END IF;
     PERFORM s3p.check_job_quota(new_job.queue, queue_schema, 1);
     EXECUTE format('SELECT * FROM %I.enqueue($1)', queue_schema) INTO stored USING new_job;
@@ -63,6 +137,18 @@ BEGIN
         PERFORM pg_notify('s3p_jobs', stored.queue);
     END IF;
     RETURN NEXT stored;
+END
+$$;
+
+-- Enqueues a JSON array of jobs atomically: all or none.
+CREATE OR REPLACE FUNCTION s3p.enqueue_batch(jobs jsonb) RETURNS SETOF s3p.job
+LANGUAGE plpgsql AS $$
+DECLARE
+    job jsonb;
+BEGIN
+    FOR job IN SELECT value FROM jsonb_array_elements(jobs) WITH ORDINALITY ORDER BY ordinality LOOP
+        RETURN QUERY SELECT * FROM s3p.enqueue(job);
+    END LOOP;
 END
 $$;
 
@@ -83,16 +169,18 @@ DECLARE
     queue_name   text;
     queue_schema text;
     is_paused    boolean;
+    per_second   float8;
     claimed      s3p.job;
     got          int := 0;
 BEGIN
     FOREACH queue_name IN ARRAY queues LOOP
         EXIT WHEN got >= wanted;
-        SELECT q.schema_name, q.paused INTO queue_schema, is_paused
+        SELECT q.schema_name, q.paused, (q.settings->>'rate_limit_per_second')::float8
+          INTO queue_schema, is_paused, per_second
           FROM s3p.queues q WHERE q.name = queue_name;
         CONTINUE WHEN queue_schema IS NULL OR is_paused;
-        FOR claimed IN EXECUTE format('SELECT * FROM %I.claim($1, $2, $3, $4)', queue_schema)
-            USING wanted - got, worker, visibility_ms, default_visibility_ms
+        FOR claimed IN EXECUTE format('SELECT * FROM %I.claim($1, $2, $3, $4, $5)', queue_schema)
+            USING wanted - got, worker, visibility_ms, default_visibility_ms, per_second
         LOOP
             got := got + 1;
             RETURN NEXT claimed;
@@ -286,6 +374,11 @@ BEGIN
             PERFORM pg_notify('s3p_streams', q.name);
         END IF;
     END LOOP;
+    -- Unique keys whose job is gone (removed by retention) hold nothing.
+    DELETE FROM s3p.unique_keys k
+     WHERE k.key IN (SELECT u.key FROM s3p.unique_keys u
+                      WHERE NOT EXISTS (SELECT 1 FROM s3p.job_index i WHERE i.id = u.job_id)
+                      LIMIT batch);
     RETURN QUERY SELECT true, total_released, total_expired, total_removed, total_moved, total_rotations;
 END
 $$;

@@ -15,6 +15,36 @@ CREATE INDEX IF NOT EXISTS jobs_ready ON __SCHEMA__.jobs (priority DESC, run_at,
 CREATE INDEX IF NOT EXISTS jobs_leases ON __SCHEMA__.jobs (lease_expires_at)
     WHERE state = 'active';
 
+-- The claim rate limiter (a token bucket) of queues with a rate limit.
+CREATE TABLE IF NOT EXISTS __SCHEMA__.rate_limiter (
+    singleton  boolean PRIMARY KEY DEFAULT true CHECK (singleton),
+    tokens     float8 NOT NULL,
+    updated_at timestamptz NOT NULL
+);
+
+-- How many claims the rate limit allows now (taking them), or `wanted` without a limit.
+CREATE OR REPLACE FUNCTION __SCHEMA__.rate_allowance(wanted int, per_second float8) RETURNS int
+LANGUAGE plpgsql AS $fn$
+DECLARE
+    bucket __SCHEMA__.rate_limiter;
+    capacity float8;
+    available float8;
+    granted int;
+BEGIN
+    IF per_second IS NULL OR per_second <= 0 THEN
+        RETURN wanted;
+    END IF;
+    capacity := greatest(1, floor(per_second));
+    INSERT INTO __SCHEMA__.rate_limiter (tokens, updated_at) VALUES (capacity, now())
+    ON CONFLICT (singleton) DO NOTHING;
+    SELECT * INTO bucket FROM __SCHEMA__.rate_limiter FOR UPDATE;
+    available := least(capacity, bucket.tokens + extract(epoch FROM now() - bucket.updated_at) * per_second);
+    granted := least(wanted, floor(available)::int);
+    UPDATE __SCHEMA__.rate_limiter SET tokens = available - granted, updated_at = now();
+    RETURN granted;
+END
+$fn$;
+
 -- Stores a new job; the state follows from `pending` and `scheduled_at`.
 CREATE OR REPLACE FUNCTION __SCHEMA__.enqueue(new_job s3p.job) RETURNS s3p.job
 LANGUAGE plpgsql AS $fn$
@@ -50,20 +80,24 @@ LANGUAGE sql STABLE AS $fn$
            previous_state, priority, attempt, max_attempts, timeout_ms, visibility_timeout_ms, retry, uniq,
            tags, created_at, enqueued_at, scheduled_at, expires_at, started_at, completed_at,
            cancelled_at, run_at, lease_token, lease_expires_at, worker_id, result, error, errors,
-           retry_delay_ms, seq
+           retry_delay_ms, seq, unique_key, workflow_id, parent_results
       FROM __SCHEMA__.jobs WHERE id = job_id
 $fn$;
 
 -- Claims up to `wanted` jobs: expired leases with attempts left first, then ready work by priority
 -- and age. Each claim mints a new lease token.
 CREATE OR REPLACE FUNCTION __SCHEMA__.claim(
-    wanted int, worker text, visibility_ms bigint, default_visibility_ms bigint
+    wanted int, worker text, visibility_ms bigint, default_visibility_ms bigint, per_second float8
 ) RETURNS SETOF s3p.job
 LANGUAGE plpgsql AS $fn$
 DECLARE
     got int := 0;
     claimed s3p.job;
 BEGIN
+    wanted := __SCHEMA__.rate_allowance(wanted, per_second);
+    IF wanted <= 0 THEN
+        RETURN;
+    END IF;
     FOR claimed IN
         WITH expired AS (
             SELECT id FROM __SCHEMA__.jobs

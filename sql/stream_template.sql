@@ -114,9 +114,25 @@ CREATE TABLE IF NOT EXISTS __SCHEMA__.stream_dead_letters (
 );
 CREATE INDEX IF NOT EXISTS stream_dead_letters_failed ON __SCHEMA__.stream_dead_letters (failed_at);
 
--- The floor tick: a snapshot older than every event, so from_tick 0 replays everything retained.
-INSERT INTO __SCHEMA__.stream_ticks (snapshot, max_seq)
-SELECT pg_current_snapshot(), 0 WHERE NOT EXISTS (SELECT 1 FROM __SCHEMA__.stream_ticks);
+
+-- The current snapshot with this transaction itself counted as in progress. PostgreSQL leaves the
+-- own xid out of a snapshot's in-progress list, so a plain pg_current_snapshot() taken after this
+-- transaction appended would count its uncommitted events as visible once a later xid commits.
+CREATE OR REPLACE FUNCTION __SCHEMA__.stream_snapshot() RETURNS pg_snapshot
+LANGUAGE plpgsql VOLATILE AS $fn$
+DECLARE
+    snap pg_snapshot := pg_current_snapshot();
+    own xid8 := pg_current_xact_id_if_assigned();
+    in_progress text;
+BEGIN
+    IF own IS NULL OR NOT pg_visible_in_snapshot(own, snap) THEN
+        RETURN snap;
+    END IF;
+    SELECT string_agg(x::text, ',' ORDER BY x) INTO in_progress
+      FROM (SELECT pg_snapshot_xip(snap) AS x UNION SELECT own) t;
+    RETURN format('%s:%s:%s', least(pg_snapshot_xmin(snap), own), pg_snapshot_xmax(snap), in_progress)::pg_snapshot;
+END
+$fn$;
 
 -- The shared (writers, cursor allocation) or exclusive (rotation) stream lock of this queue.
 CREATE OR REPLACE FUNCTION __SCHEMA__.stream_lock(exclusive boolean) RETURNS void
@@ -218,17 +234,18 @@ LANGUAGE sql STABLE AS $fn$
      ORDER BY e.seq
 $fn$;
 
--- Creates a tick when events are visible that the latest tick does not cover; returns the latest
--- tick either way. Call only in a transaction that appended nothing.
-CREATE OR REPLACE FUNCTION __SCHEMA__.stream_tick() RETURNS bigint
+-- Creates a tick when events are visible that the latest tick does not cover (or always, with
+-- `force`); returns the latest tick either way. The snapshot never counts this transaction's own
+-- appends as visible.
+CREATE OR REPLACE FUNCTION __SCHEMA__.stream_tick(force boolean DEFAULT false) RETURNS bigint
 LANGUAGE plpgsql AS $fn$
 DECLARE
     latest record;
-    now_snapshot pg_snapshot := pg_current_snapshot();
+    now_snapshot pg_snapshot := __SCHEMA__.stream_snapshot();
     created bigint;
 BEGIN
     SELECT t.tick_id, t.snapshot INTO latest FROM __SCHEMA__.stream_ticks t ORDER BY t.tick_id DESC LIMIT 1;
-    IF EXISTS (
+    IF force OR latest.tick_id IS NULL OR EXISTS (
         SELECT 1 FROM __SCHEMA__.stream_events e
          WHERE e.txid >= pg_snapshot_xmin(latest.snapshot) AND e.txid < pg_snapshot_xmax(now_snapshot)
            AND pg_visible_in_snapshot(e.txid, now_snapshot)
@@ -308,7 +325,7 @@ BEGIN
          WHERE t.tick_id > cursor_tick ORDER BY t.tick_id LIMIT 1;
         IF NOT FOUND THEN
             -- On-demand tick: only when there is something new to deliver.
-            IF NOT EXISTS (SELECT 1 FROM __SCHEMA__.stream_between(cursor_snap, pg_current_snapshot(), name)) THEN
+            IF NOT EXISTS (SELECT 1 FROM __SCHEMA__.stream_between(cursor_snap, __SCHEMA__.stream_snapshot(), name)) THEN
                 RETURN;
             END IF;
             PERFORM __SCHEMA__.stream_tick();
@@ -586,6 +603,17 @@ BEGIN
        SET sealed_xid = pg_snapshot_xmax(pg_current_snapshot()), sealed_at = now()
      WHERE g.switched_at IS NOT NULL AND g.sealed_xid IS NULL;
 
+    -- A sealed segment waits for cursors to pass its seal; an idle stream creates no ticks, so give
+    -- caught-up consumers a newer (empty) tick to move to on their next receive.
+    IF EXISTS (
+        SELECT 1 FROM __SCHEMA__.stream_segments g, __SCHEMA__.stream_ticks t
+         WHERE g.sealed_xid IS NOT NULL
+           AND t.tick_id = (SELECT max(tick_id) FROM __SCHEMA__.stream_ticks)
+           AND pg_snapshot_xmin(t.snapshot) < g.sealed_xid)
+    THEN
+        latest_after := __SCHEMA__.stream_tick(true);
+    END IF;
+
     PERFORM __SCHEMA__.stream_lock(true);
     SELECT * INTO cfg FROM __SCHEMA__.stream_config;
 
@@ -651,3 +679,6 @@ BEGIN
     RETURN QUERY SELECT latest_after IS DISTINCT FROM latest_before, moved, did_rotate, removed;
 END
 $fn$;
+
+-- The floor tick, taken when the stream is created: from_tick 0 starts here, before every event.
+SELECT __SCHEMA__.stream_tick(true) WHERE NOT EXISTS (SELECT 1 FROM __SCHEMA__.stream_ticks);

@@ -158,6 +158,20 @@ pub struct Job {
     pub retry_delay_ms: Option<i64>,
     /// When a retryable job becomes due again.
     pub run_at: Option<DateTime<Utc>>,
+    /// The workflow this job is a step of.
+    pub workflow_id: Option<Uuid>,
+    /// Results of the steps before it (chain workflows).
+    pub parent_results: Option<Value>,
+}
+
+/// A stored job and whether this request created it (false: a unique job answered with the
+/// existing one).
+#[derive(Debug, Clone)]
+pub struct Enqueued {
+    /// The job.
+    pub job: Job,
+    /// Whether it is new.
+    pub created: bool,
 }
 
 /// Options of an enqueue request, as either protocol carries them.
@@ -185,6 +199,8 @@ pub struct JobOptions {
     pub pending: bool,
     /// Merged into meta.
     pub metadata: Option<Map<String, Value>>,
+    /// `{max_per_second}`: the queue's claim rate.
+    pub rate_limit: Option<Value>,
 }
 
 /// A job to enqueue.

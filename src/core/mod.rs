@@ -1,6 +1,7 @@
 //! The one protocol-neutral service: validates requests, decides, and calls the store.
 //! Both the HTTP and the gRPC adapter call these methods and only convert.
 
+pub mod cron;
 pub mod error;
 pub mod job;
 pub mod stream;
@@ -15,8 +16,8 @@ use serde_json::json;
 use crate::store::Store;
 pub use error::{CoreError, ErrorKind};
 pub use job::{
-    AckJob, DeadLetterPage, EnqueueJob, FetchJobs, Heartbeat, HeartbeatOutcome, Job, JobState,
-    MaintenanceReport, NackJob, QueueSummary, WorkerDirective,
+    AckJob, DeadLetterPage, EnqueueJob, Enqueued, FetchJobs, Heartbeat, HeartbeatOutcome, Job,
+    JobState, MaintenanceReport, NackJob, QueueSummary, WorkerDirective,
 };
 pub use validate::QueueConfigChanges;
 
@@ -39,6 +40,8 @@ pub struct ServiceSettings {
     pub job_retention_ms: i64,
     /// Most rows one maintenance step touches per queue and kind of work.
     pub maintenance_batch: i32,
+    /// Most jobs one batch enqueue may carry.
+    pub max_batch_jobs: usize,
 }
 
 impl Default for ServiceSettings {
@@ -52,6 +55,7 @@ impl Default for ServiceSettings {
             read_only: false,
             job_retention_ms: 86_400_000,
             maintenance_batch: 1000,
+            max_batch_jobs: 1000,
         }
     }
 }
@@ -123,17 +127,17 @@ impl Service {
             protocols: vec!["http", "grpc"],
             backend: "postgres",
             capabilities: vec![
-                ("batch_enqueue", false),
+                ("batch_enqueue", true),
                 ("cron_jobs", false),
                 ("dead_letter", true),
                 ("delayed_jobs", true),
                 ("job_ttl", true),
                 ("priority_queues", true),
-                ("rate_limiting", false),
+                ("rate_limiting", true),
                 ("schema_validation", false),
-                ("unique_jobs", false),
+                ("unique_jobs", true),
                 ("workflows", false),
-                ("pause_resume", false),
+                ("pause_resume", true),
             ],
             extensions: vec![
                 "lease-tokens",
@@ -163,10 +167,44 @@ impl Service {
         }
     }
 
-    /// Validates and stores a job; the queue is created on first use.
-    pub async fn enqueue(&self, job: EnqueueJob) -> Result<Job, CoreError> {
+    /// Validates and stores a job; the queue is created on first use. A unique job whose policy
+    /// says `ignore` may answer with the existing job (`created: false`).
+    pub async fn enqueue(&self, job: EnqueueJob) -> Result<Enqueued, CoreError> {
         let row = validate::new_job_row(&job, Utc::now())?;
-        self.store.enqueue(&row).await
+        let requested = row
+            .get("id")
+            .and_then(|v| v.as_str())
+            .unwrap_or_default()
+            .to_string();
+        let job = self.store.enqueue(&row).await?;
+        let created = job.id.to_string() == requested;
+        Ok(Enqueued { job, created })
+    }
+
+    /// Validates every job, then stores all of them or none.
+    pub async fn enqueue_batch(&self, jobs: Vec<EnqueueJob>) -> Result<Vec<Job>, CoreError> {
+        if jobs.is_empty() || jobs.len() > self.settings.max_batch_jobs {
+            return Err(CoreError::invalid(format!(
+                "jobs must hold between 1 and {} jobs",
+                self.settings.max_batch_jobs
+            ))
+            .with_detail("field", "jobs".into()));
+        }
+        let now = Utc::now();
+        let rows = jobs
+            .iter()
+            .enumerate()
+            .map(|(i, job)| {
+                validate::new_job_row(job, now).map_err(|e| {
+                    let mut e = e;
+                    e.message = format!("jobs[{i}]: {}", e.message);
+                    e.with_detail("index", i.into())
+                })
+            })
+            .collect::<Result<Vec<_>, _>>()?;
+        self.store
+            .enqueue_batch(&serde_json::Value::Array(rows))
+            .await
     }
 
     /// One job in its effective state.

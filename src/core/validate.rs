@@ -283,6 +283,172 @@ pub fn retry_policy(input: Option<&Value>) -> Result<RetryPolicy, CoreError> {
     Ok(policy)
 }
 
+/// Job states a unique policy may name.
+const UNIQUE_STATES: &[&str] = &[
+    "available",
+    "active",
+    "scheduled",
+    "retryable",
+    "pending",
+    "completed",
+    "cancelled",
+    "discarded",
+];
+
+/// Normalises a unique policy and computes the job's unique key: SHA-256 (hex) of the canonical JSON
+/// (sorted keys) of the chosen dimensions: type always, and queue / args / meta as `keys` says
+/// (narrowed by `args_keys` / `meta_keys`). Returns (stored policy, key).
+pub fn unique_policy(
+    input: &Value,
+    job_type: &str,
+    queue: &str,
+    args: &[Value],
+    meta: Option<&Map<String, Value>>,
+) -> Result<(Value, String), CoreError> {
+    use sha2::{Digest, Sha256};
+    let policy = input.as_object().ok_or_else(|| {
+        CoreError::invalid("options.unique must be an object").with_detail("field", "unique".into())
+    })?;
+    let strings = |name: &str| -> Result<Option<Vec<String>>, CoreError> {
+        match policy.get(name) {
+            None | Some(Value::Null) => Ok(None),
+            Some(Value::Array(items)) => items
+                .iter()
+                .map(|i| i.as_str().map(str::to_string))
+                .collect::<Option<Vec<_>>>()
+                .map(Some)
+                .ok_or_else(|| {
+                    CoreError::invalid(format!("unique.{name} must be an array of strings"))
+                }),
+            Some(_) => Err(CoreError::invalid(format!(
+                "unique.{name} must be an array of strings"
+            ))),
+        }
+    };
+    let keys = match strings("keys")? {
+        Some(k) => k,
+        None => {
+            strings("key")?.unwrap_or_else(|| vec!["type".into(), "queue".into(), "args".into()])
+        }
+    };
+    if let Some(bad) = keys
+        .iter()
+        .find(|k| !matches!(k.as_str(), "type" | "queue" | "args" | "meta"))
+    {
+        return Err(CoreError::invalid(format!(
+            "unique.keys may only name type, queue, args and meta, not {bad:?}"
+        )));
+    }
+    let args_keys = strings("args_keys")?;
+    let meta_keys = strings("meta_keys")?;
+    if keys.iter().any(|k| k == "meta") && meta_keys.is_none() {
+        return Err(CoreError::invalid(
+            "unique.meta_keys is required when unique.keys names meta",
+        ));
+    }
+    let on_conflict = match policy.get("on_conflict").and_then(Value::as_str) {
+        None => "reject",
+        Some(c @ ("reject" | "ignore" | "replace" | "replace_except_schedule")) => c,
+        Some(other) => {
+            return Err(CoreError::invalid(format!(
+                "unique.on_conflict {other:?} must be reject, ignore, replace or replace_except_schedule"
+            )));
+        }
+    };
+    let states = strings("states")?.unwrap_or_else(|| {
+        ["available", "active", "scheduled", "retryable", "pending"]
+            .iter()
+            .map(|s| s.to_string())
+            .collect()
+    });
+    if let Some(bad) = states.iter().find(|s| !UNIQUE_STATES.contains(&s.as_str())) {
+        return Err(CoreError::invalid(format!(
+            "unique.states names an unknown state {bad:?}"
+        )));
+    }
+    let period_ms = match (policy.get("period_ms"), policy.get("period")) {
+        (Some(Value::Number(n)), _) => n.as_i64(),
+        (_, Some(Value::String(p))) => Some(parse_duration_ms(p).ok_or_else(|| {
+            CoreError::invalid(format!("unique.period {p:?} is not an ISO-8601 duration"))
+        })?),
+        (None | Some(Value::Null), None | Some(Value::Null)) => None,
+        _ => {
+            return Err(CoreError::invalid(
+                "unique.period must be an ISO-8601 duration",
+            ));
+        }
+    };
+    if period_ms.is_some_and(|p| p <= 0) {
+        return Err(CoreError::invalid("unique.period must be positive"));
+    }
+
+    let mut canonical = Map::new();
+    canonical.insert("type".into(), job_type.into());
+    if keys.iter().any(|k| k == "queue") {
+        canonical.insert("queue".into(), queue.into());
+    }
+    if keys.iter().any(|k| k == "args") {
+        let selected: Vec<Value> = match &args_keys {
+            None => args.to_vec(),
+            Some(names) => args
+                .iter()
+                .map(|a| match a {
+                    Value::Object(o) => Value::Object(
+                        o.iter()
+                            .filter(|(k, _)| names.contains(k))
+                            .map(|(k, v)| (k.clone(), v.clone()))
+                            .collect(),
+                    ),
+                    other => other.clone(),
+                })
+                .collect(),
+        };
+        canonical.insert("args".into(), Value::Array(selected));
+    }
+    if keys.iter().any(|k| k == "meta") {
+        let names = meta_keys.clone().unwrap_or_default();
+        let selected: Map<String, Value> = meta
+            .map(|m| {
+                m.iter()
+                    .filter(|(k, _)| names.contains(k))
+                    .map(|(k, v)| (k.clone(), v.clone()))
+                    .collect()
+            })
+            .unwrap_or_default();
+        canonical.insert("meta".into(), Value::Object(selected));
+    }
+    // serde_json's Map keeps keys sorted, so this text is canonical for equal values.
+    let digest = Sha256::digest(Value::Object(canonical).to_string().as_bytes());
+    let key: String = digest.iter().map(|b| format!("{b:02x}")).collect();
+    let mut stored = policy.clone();
+    stored.insert("keys".into(), json!(keys));
+    stored.insert("states".into(), json!(states));
+    stored.insert("on_conflict".into(), on_conflict.into());
+    if let Some(p) = period_ms {
+        stored.insert("period_ms".into(), p.into());
+    }
+    Ok((Value::Object(stored), key))
+}
+
+/// The claim rate from `options.rate_limit` (`{max_per_second}`), if any.
+fn rate_limit(input: Option<&Value>) -> Result<Option<f64>, CoreError> {
+    let Some(value) = input.filter(|v| !v.is_null()) else {
+        return Ok(None);
+    };
+    let rate = value
+        .get("max_per_second")
+        .and_then(Value::as_f64)
+        .ok_or_else(|| {
+            CoreError::invalid("options.rate_limit must be {\"max_per_second\": number}")
+        })?;
+    if !(rate > 0.0 && rate.is_finite()) {
+        return Err(CoreError::invalid(
+            "options.rate_limit.max_per_second must be positive",
+        ));
+    }
+    Ok(Some(rate))
+}
+
 /// Field names the server manages; a caller cannot set them through unknown top-level fields.
 const SYSTEM_FIELDS: &[&str] = &[
     "specversion",
@@ -352,12 +518,6 @@ pub fn new_job_row(job: &EnqueueJob, now: DateTime<Utc>) -> Result<Value, CoreEr
         .map(|t| parse_instant("expires_at", t, now))
         .transpose()?;
     let retry = retry_policy(options.retry.as_ref())?;
-    if let Some(unique) = &options.unique
-        && !unique.is_object()
-        && !unique.is_null()
-    {
-        return Err(CoreError::invalid("options.unique must be an object"));
-    }
     let mut meta = job.meta.clone();
     if let Some(metadata) = &options.metadata {
         let target = meta.get_or_insert_with(Map::new);
@@ -365,7 +525,15 @@ pub fn new_job_row(job: &EnqueueJob, now: DateTime<Utc>) -> Result<Value, CoreEr
             target.insert(k.clone(), v.clone());
         }
     }
-    let row = json!({
+    let (unique, unique_key) = match options.unique.as_ref().filter(|u| !u.is_null()) {
+        Some(u) => {
+            let (policy, key) = unique_policy(u, &job.job_type, &queue, &job.args, meta.as_ref())?;
+            (Some(policy), Some(key))
+        }
+        None => (None, None),
+    };
+    let rate = rate_limit(options.rate_limit.as_ref())?;
+    let mut row = json!({
         "id": id,
         "queue": queue,
         "type": job.job_type,
@@ -383,12 +551,16 @@ pub fn new_job_row(job: &EnqueueJob, now: DateTime<Utc>) -> Result<Value, CoreEr
         "timeout_ms": timeout_ms,
         "visibility_timeout_ms": visibility_timeout_ms,
         "retry": retry,
-        "uniq": options.unique,
+        "uniq": unique,
+        "unique_key": unique_key,
         "tags": options.tags.clone().unwrap_or_default(),
         "scheduled_at": scheduled_at,
         "expires_at": expires_at,
         "errors": [],
     });
+    if let Some(rate) = rate {
+        row["rate_limit_per_second"] = json!(rate);
+    }
     check_no_nul("job", &row)?;
     Ok(row)
 }
@@ -516,6 +688,29 @@ mod tests {
         assert!(parse_new_job_id("6f1c2a34-5b6d-4e7f-8a9b-0c1d2e3f4a5b").is_err());
         assert!(parse_new_job_id("not-a-uuid").is_err());
         assert!(parse_new_job_id("019539a4aaaa70008000111111111111").is_err());
+    }
+
+    #[test]
+    fn unique_keys_depend_only_on_the_chosen_dimensions() {
+        let policy = json!({"keys": ["type", "args"]});
+        let (_, a) =
+            unique_policy(&policy, "t", "q1", &[json!({"x": 1, "y": 2})], None).expect("valid");
+        let (_, b) =
+            unique_policy(&policy, "t", "q2", &[json!({"y": 2, "x": 1})], None).expect("valid");
+        let (_, c) = unique_policy(&policy, "t", "q1", &[json!({"x": 2})], None).expect("valid");
+        assert_eq!(
+            a, b,
+            "queue is not a dimension and key order does not matter"
+        );
+        assert_ne!(a, c);
+        let narrowed = json!({"keys": ["type", "args"], "args_keys": ["x"]});
+        let (_, d) =
+            unique_policy(&narrowed, "t", "q", &[json!({"x": 1, "y": 2})], None).expect("valid");
+        let (_, e) =
+            unique_policy(&narrowed, "t", "q", &[json!({"x": 1, "y": 3})], None).expect("valid");
+        assert_eq!(d, e);
+        assert!(unique_policy(&json!({"keys": ["meta"]}), "t", "q", &[], None).is_err());
+        assert!(unique_policy(&json!({"on_conflict": "explode"}), "t", "q", &[], None).is_err());
     }
 
     #[test]

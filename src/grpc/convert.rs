@@ -167,7 +167,7 @@ pub fn job(job: &Job, with_lease: bool) -> pb::Job {
         visibility_timeout: job.visibility_timeout_ms.map(duration),
         tags: job.tags.clone(),
         trace_id: String::new(),
-        workflow_id: String::new(),
+        workflow_id: job.workflow_id.map(|w| w.to_string()).unwrap_or_default(),
         specversion: "1.0".to_string(),
         lease_token: match (with_lease, job.lease_token) {
             (true, Some(t)) => t.to_string(),
@@ -273,6 +273,7 @@ pub fn enqueue(request: pb::EnqueueRequest) -> Result<EnqueueJob, CoreError> {
             tags: (!o.tags.is_empty()).then_some(o.tags),
             pending: o.pending,
             metadata: None,
+            rate_limit: None,
         },
     })
 }

@@ -105,17 +105,42 @@ impl OjsService for GrpcAdapter {
         };
         answer(
             &id,
-            result.map(|job| pb::EnqueueResponse {
-                job: Some(convert::job(&job, false)),
+            result.map(|e| pb::EnqueueResponse {
+                job: Some(convert::job(&e.job, false)),
             }),
         )
     }
 
     async fn enqueue_batch(
         &self,
-        _: Request<pb::EnqueueBatchRequest>,
+        request: Request<pb::EnqueueBatchRequest>,
     ) -> Result<Response<pb::EnqueueBatchResponse>, Status> {
-        Err(not_yet("EnqueueBatch"))
+        let id = request_id(&request);
+        let r = request.into_inner();
+        let jobs = r
+            .jobs
+            .into_iter()
+            .map(|entry| {
+                convert::enqueue(pb::EnqueueRequest {
+                    r#type: entry.r#type,
+                    args: entry.args,
+                    options: entry.options.or_else(|| r.default_options.clone()),
+                    ..Default::default()
+                })
+            })
+            .collect::<Result<Vec<_>, _>>();
+        let result = match jobs {
+            Ok(jobs) => self.service.enqueue_batch(jobs).await,
+            Err(e) => Err(e),
+        };
+        answer(
+            &id,
+            result.map(|jobs| pb::EnqueueBatchResponse {
+                count: jobs.len() as i32,
+                jobs: jobs.iter().map(|j| convert::job(j, false)).collect(),
+                errors: Default::default(),
+            }),
+        )
     }
 
     async fn get_job(
@@ -343,23 +368,55 @@ impl OjsService for GrpcAdapter {
 
     async fn queue_stats(
         &self,
-        _: Request<pb::QueueStatsRequest>,
+        request: Request<pb::QueueStatsRequest>,
     ) -> Result<Response<pb::QueueStatsResponse>, Status> {
-        Err(not_yet("QueueStats"))
+        let id = request_id(&request);
+        let queue = request.into_inner().queue;
+        let result = self.service.queue_stats(&queue).await;
+        answer(
+            &id,
+            result.map(|stats| {
+                let count = |key: &str| stats.get(key).and_then(serde_json::Value::as_i64);
+                pb::QueueStatsResponse {
+                    queue,
+                    // Durations, waits and throughput are not measured (left 0).
+                    stats: Some(pb::QueueStatistics {
+                        available: count("available").unwrap_or_default(),
+                        active: count("active").unwrap_or_default(),
+                        scheduled: count("scheduled").unwrap_or_default(),
+                        retryable: count("retryable").unwrap_or_default(),
+                        dead: count("dead_letters").unwrap_or_default(),
+                        completed_last_hour: count("completed_last_hour").unwrap_or_default(),
+                        failed_last_hour: count("failed_last_hour").unwrap_or_default(),
+                        paused: stats
+                            .get("paused")
+                            .and_then(serde_json::Value::as_bool)
+                            .unwrap_or(false),
+                        ..Default::default()
+                    }),
+                }
+            }),
+        )
     }
 
     async fn pause_queue(
         &self,
-        _: Request<pb::PauseQueueRequest>,
+        request: Request<pb::PauseQueueRequest>,
     ) -> Result<Response<pb::PauseQueueResponse>, Status> {
-        Err(not_yet("PauseQueue"))
+        let id = request_id(&request);
+        let queue = request.into_inner().queue;
+        let result = self.service.set_paused(&queue, true).await;
+        answer(&id, result.map(|_| pb::PauseQueueResponse {}))
     }
 
     async fn resume_queue(
         &self,
-        _: Request<pb::ResumeQueueRequest>,
+        request: Request<pb::ResumeQueueRequest>,
     ) -> Result<Response<pb::ResumeQueueResponse>, Status> {
-        Err(not_yet("ResumeQueue"))
+        let id = request_id(&request);
+        let queue = request.into_inner().queue;
+        let result = self.service.set_paused(&queue, false).await;
+        answer(&id, result.map(|_| pb::ResumeQueueResponse {}))
     }
 
     async fn list_dead_letter(

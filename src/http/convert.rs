@@ -69,6 +69,11 @@ pub fn job(job: &Job, with_lease: bool) -> types::Job {
             None
         },
         previous_state: job.previous_state.map(|s| s.as_str().to_string()),
+        workflow_id: job.workflow_id.map(|w| w.to_string()),
+        parent_results: job
+            .parent_results
+            .as_ref()
+            .and_then(|p| p.as_array().cloned()),
         extra: job.extra.clone(),
     }
 }
@@ -98,6 +103,7 @@ pub fn enqueue(body: types::EnqueueRequest) -> EnqueueJob {
             tags: o.tags,
             pending: o.pending.unwrap_or(false),
             metadata: o.metadata,
+            rate_limit: o.rate_limit.map(serde_json::Value::Object),
         },
     }
 }

@@ -85,13 +85,35 @@ impl api::HttpApi for HttpAdapter {
         _ctx: RequestContext,
         body: types::EnqueueRequest,
     ) -> Result<api::EnqueueJobResponse, ApiError> {
-        let job = self.service.enqueue(convert::enqueue(body)).await?;
-        Ok(api::EnqueueJobResponse::Created {
-            location: format!("/ojs/v1/jobs/{}", job.id),
-            body: types::JobEnvelope {
-                job: convert::job(&job, false),
-            },
+        let enqueued = self.service.enqueue(convert::enqueue(body)).await?;
+        let body = types::JobEnvelope {
+            job: convert::job(&enqueued.job, false),
+        };
+        Ok(if enqueued.created {
+            api::EnqueueJobResponse::Created {
+                location: format!("/ojs/v1/jobs/{}", enqueued.job.id),
+                body,
+            }
+        } else {
+            api::EnqueueJobResponse::Ok(body)
         })
+    }
+
+    async fn enqueue_jobs(
+        &self,
+        _ctx: RequestContext,
+        body: types::EnqueueBatchRequest,
+    ) -> Result<api::EnqueueJobsResponse, ApiError> {
+        let jobs = self
+            .service
+            .enqueue_batch(body.jobs.into_iter().map(convert::enqueue).collect())
+            .await?;
+        Ok(api::EnqueueJobsResponse::Created(
+            types::EnqueueBatchResponse {
+                count: jobs.len() as i64,
+                jobs: jobs.iter().map(|j| convert::job(j, false)).collect(),
+            },
+        ))
     }
 
     async fn get_job(

@@ -57,6 +57,8 @@ struct JobRow {
     error: Option<Value>,
     errors: Option<Value>,
     retry_delay_ms: Option<i64>,
+    workflow_id: Option<Uuid>,
+    parent_results: Option<Value>,
 }
 
 fn object(value: Option<Value>) -> Option<Map<String, Value>> {
@@ -121,6 +123,8 @@ impl TryFrom<JobRow> for Job {
             errors: array(row.errors),
             retry_delay_ms: row.retry_delay_ms,
             run_at: row.run_at,
+            workflow_id: row.workflow_id,
+            parent_results: row.parent_results,
         })
     }
 }
@@ -134,7 +138,16 @@ pub fn map_db_error(error: sqlx::Error) -> CoreError {
                 Some("PV404") => ErrorKind::NotFound,
                 Some("PV409") => ErrorKind::Conflict,
                 Some("PV410") => ErrorKind::StaleLease,
-                Some("PV411") => ErrorKind::Duplicate,
+                Some("PV411") => {
+                    let mut error = CoreError::new(ErrorKind::Duplicate, db.message().to_string());
+                    if let Some(existing) = db
+                        .try_downcast_ref::<sqlx::postgres::PgDatabaseError>()
+                        .and_then(|e| e.detail())
+                    {
+                        error = error.with_detail("existing_job_id", existing.into());
+                    }
+                    return error;
+                }
                 Some("PV413") => ErrorKind::BatchTooLarge,
                 Some("PV429") => {
                     let quota = db
@@ -252,6 +265,16 @@ impl Store {
                     format!("enqueue of {id} returned no job"),
                 ))
             })
+    }
+
+    /// `s3p.enqueue_batch`: all or none.
+    pub async fn enqueue_batch(&self, rows: &Value) -> Result<Vec<Job>, CoreError> {
+        let rows = sqlx::query_as("SELECT * FROM s3p.enqueue_batch($1)")
+            .bind(rows)
+            .fetch_all(&self.pool)
+            .await
+            .map_err(map_db_error)?;
+        jobs(rows)
     }
 
     /// `s3p.get_job`.
