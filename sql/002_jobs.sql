@@ -361,6 +361,10 @@ BEGIN
         RETURN;
     END IF;
     FOR q IN SELECT name, schema_name, settings FROM s3p.queues ORDER BY name LOOP
+        -- Hold off a concurrent drop of this queue (it takes the lock exclusively), and skip the
+        -- queue if a drop committed since the list was read.
+        PERFORM pg_advisory_xact_lock_shared(hashtext('s3p.queue:' || q.name));
+        CONTINUE WHEN NOT EXISTS (SELECT 1 FROM s3p.queues x WHERE x.name = q.name);
         EXECUTE format('SELECT * FROM %I.maintain($1, $2)', q.schema_name)
             INTO r
             USING coalesce((q.settings->>'job_retention_ms')::bigint, default_retention_ms), batch;

@@ -14,6 +14,11 @@ CREATE INDEX IF NOT EXISTS jobs_ready ON __SCHEMA__.jobs (priority DESC, run_at,
 -- Active leases by expiry, for reclaiming expired leases.
 CREATE INDEX IF NOT EXISTS jobs_leases ON __SCHEMA__.jobs (lease_expires_at)
     WHERE state = 'active';
+-- Maintenance scans: jobs with a TTL, and terminal jobs by the time they ended.
+CREATE INDEX IF NOT EXISTS jobs_expiring ON __SCHEMA__.jobs (expires_at)
+    WHERE expires_at IS NOT NULL;
+CREATE INDEX IF NOT EXISTS jobs_terminal ON __SCHEMA__.jobs ((coalesce(completed_at, cancelled_at, created_at)))
+    WHERE state IN ('completed', 'cancelled', 'discarded');
 
 -- The claim rate limiter (a token bucket) of queues with a rate limit.
 CREATE TABLE IF NOT EXISTS __SCHEMA__.rate_limiter (
@@ -158,6 +163,16 @@ BEGIN
 END
 $fn$;
 
+-- Tells the job's workflow, if any, that the job reached a terminal state.
+CREATE OR REPLACE FUNCTION __SCHEMA__.settled(job s3p.job) RETURNS void
+LANGUAGE plpgsql AS $fn$
+BEGIN
+    IF job.workflow_id IS NOT NULL AND job.state IN ('completed', 'cancelled', 'discarded') THEN
+        PERFORM s3p.workflow_step_done(job.workflow_id, job.id, job.state, job.result);
+    END IF;
+END
+$fn$;
+
 -- Locks an active job for a worker's answer, checking state and lease token.
 CREATE OR REPLACE FUNCTION __SCHEMA__.lock_active(job_id uuid, token uuid) RETURNS s3p.job
 LANGUAGE plpgsql AS $fn$
@@ -182,14 +197,17 @@ $fn$;
 CREATE OR REPLACE FUNCTION __SCHEMA__.ack(job_id uuid, token uuid, job_result jsonb)
 RETURNS SETOF s3p.job
 LANGUAGE plpgsql AS $fn$
+DECLARE
+    stored s3p.job;
 BEGIN
     PERFORM __SCHEMA__.lock_active(job_id, token);
-    RETURN QUERY
     UPDATE __SCHEMA__.jobs
        SET state = 'completed', previous_state = 'active', completed_at = now(), result = job_result,
            error = NULL, lease_token = NULL, lease_expires_at = NULL
      WHERE id = job_id
-    RETURNING *;
+    RETURNING * INTO stored;
+    PERFORM __SCHEMA__.settled(stored);
+    RETURN NEXT stored;
 END
 $fn$;
 
@@ -199,6 +217,7 @@ CREATE OR REPLACE FUNCTION __SCHEMA__.nack(job_id uuid, token uuid, failure json
 RETURNS SETOF s3p.job
 LANGUAGE plpgsql AS $fn$
 DECLARE
+    stored s3p.job;
     current s3p.job := __SCHEMA__.lock_active(job_id, token);
     failure_entry jsonb := failure || jsonb_build_object('attempt', current.attempt, 'occurred_at', now());
     history jsonb;
@@ -211,31 +230,30 @@ BEGIN
     END IF;
 
     IF requeue THEN
-        RETURN QUERY
         UPDATE __SCHEMA__.jobs
            SET state = 'available', previous_state = 'active', run_at = now(), started_at = NULL,
                worker_id = NULL, lease_token = NULL, lease_expires_at = NULL,
                error = failure_entry, errors = history
          WHERE id = job_id
-        RETURNING *;
+        RETURNING * INTO stored;
     ELSIF current.attempt < current.max_attempts AND s3p.failure_is_retryable(current.retry, failure) THEN
         delay := s3p.retry_delay_ms(current.retry, current.attempt);
-        RETURN QUERY
         UPDATE __SCHEMA__.jobs
            SET state = 'retryable', previous_state = 'active',
                run_at = now() + make_interval(secs => delay / 1000.0),
                retry_delay_ms = delay, lease_token = NULL, lease_expires_at = NULL,
                error = failure_entry, errors = history
          WHERE id = job_id
-        RETURNING *;
+        RETURNING * INTO stored;
     ELSE
-        RETURN QUERY
         UPDATE __SCHEMA__.jobs
            SET state = 'discarded', previous_state = 'active', completed_at = now(),
                lease_token = NULL, lease_expires_at = NULL, error = failure_entry, errors = history
          WHERE id = job_id
-        RETURNING *;
+        RETURNING * INTO stored;
     END IF;
+    PERFORM __SCHEMA__.settled(stored);
+    RETURN NEXT stored;
 END
 $fn$;
 
@@ -252,12 +270,13 @@ BEGIN
     IF current.state IN ('completed', 'cancelled', 'discarded') THEN
         RAISE EXCEPTION 'job % is already %', job_id, current.state USING ERRCODE = 'PV409';
     END IF;
-    RETURN QUERY
     UPDATE __SCHEMA__.jobs
        SET state = 'cancelled', previous_state = current.state, cancelled_at = now(),
            lease_token = NULL, lease_expires_at = NULL
      WHERE id = job_id
-    RETURNING *;
+    RETURNING * INTO current;
+    PERFORM __SCHEMA__.settled(current);
+    RETURN NEXT current;
 END
 $fn$;
 
@@ -350,45 +369,56 @@ CREATE OR REPLACE FUNCTION __SCHEMA__.maintain(retention_ms bigint, batch int)
 RETURNS TABLE (released int, expired int, removed int)
 LANGUAGE plpgsql AS $fn$
 DECLARE
-    n_released int;
-    n_expired int;
+    n_released int := 0;
+    n_expired int := 0;
     n_removed int;
+    changed s3p.job;
 BEGIN
-    WITH due AS (
-        SELECT id FROM __SCHEMA__.jobs
-         WHERE state = 'active' AND lease_expires_at <= now()
-         ORDER BY lease_expires_at
-         LIMIT batch
-         FOR UPDATE SKIP LOCKED
-    ), failure AS (
-        SELECT jsonb_build_object('code', 'timeout', 'type', 'timeout',
-                                  'message', 'lease expired before ack', 'occurred_at', now()) AS f
-    )
-    UPDATE __SCHEMA__.jobs j
-       SET state = CASE WHEN j.attempt < j.max_attempts THEN 'available' ELSE 'discarded' END,
-           previous_state = 'active',
-           run_at = now(),
-           completed_at = CASE WHEN j.attempt < j.max_attempts THEN NULL ELSE now() END,
-           lease_token = NULL, lease_expires_at = NULL,
-           error = failure.f || jsonb_build_object('attempt', j.attempt),
-           errors = coalesce(j.errors, '[]'::jsonb) || (failure.f || jsonb_build_object('attempt', j.attempt))
-      FROM due, failure
-     WHERE j.id = due.id;
-    GET DIAGNOSTICS n_released = ROW_COUNT;
+    FOR changed IN
+        WITH due AS (
+            SELECT id FROM __SCHEMA__.jobs
+             WHERE state = 'active' AND lease_expires_at <= now()
+             ORDER BY lease_expires_at
+             LIMIT batch
+             FOR UPDATE SKIP LOCKED
+        ), failure AS (
+            SELECT jsonb_build_object('code', 'timeout', 'type', 'timeout',
+                                      'message', 'lease expired before ack', 'occurred_at', now()) AS f
+        )
+        UPDATE __SCHEMA__.jobs j
+           SET state = CASE WHEN j.attempt < j.max_attempts THEN 'available' ELSE 'discarded' END,
+               previous_state = 'active',
+               run_at = now(),
+               completed_at = CASE WHEN j.attempt < j.max_attempts THEN NULL ELSE now() END,
+               lease_token = NULL, lease_expires_at = NULL,
+               error = failure.f || jsonb_build_object('attempt', j.attempt),
+               errors = coalesce(j.errors, '[]'::jsonb) || (failure.f || jsonb_build_object('attempt', j.attempt))
+          FROM due, failure
+         WHERE j.id = due.id
+        RETURNING j.*
+    LOOP
+        n_released := n_released + 1;
+        PERFORM __SCHEMA__.settled(changed);
+    END LOOP;
 
-    WITH due AS (
-        SELECT id FROM __SCHEMA__.jobs
-         WHERE state IN ('available', 'scheduled', 'retryable', 'pending') AND expires_at <= now()
-         LIMIT batch
-         FOR UPDATE SKIP LOCKED
-    )
-    UPDATE __SCHEMA__.jobs j
-       SET state = 'discarded', previous_state = j.state,
-           error = jsonb_build_object('code', 'expired', 'type', 'expired',
-                                      'message', 'job expired before it started', 'occurred_at', now())
-      FROM due
-     WHERE j.id = due.id;
-    GET DIAGNOSTICS n_expired = ROW_COUNT;
+    FOR changed IN
+        WITH due AS (
+            SELECT id FROM __SCHEMA__.jobs
+             WHERE state IN ('available', 'scheduled', 'retryable', 'pending') AND expires_at <= now()
+             LIMIT batch
+             FOR UPDATE SKIP LOCKED
+        )
+        UPDATE __SCHEMA__.jobs j
+           SET state = 'discarded', previous_state = j.state,
+               error = jsonb_build_object('code', 'expired', 'type', 'expired',
+                                          'message', 'job expired before it started', 'occurred_at', now())
+          FROM due
+         WHERE j.id = due.id
+        RETURNING j.*
+    LOOP
+        n_expired := n_expired + 1;
+        PERFORM __SCHEMA__.settled(changed);
+    END LOOP;
 
     WITH gone AS (
         DELETE FROM __SCHEMA__.jobs

@@ -85,6 +85,9 @@ pub struct ServeArgs {
     /// Requests in flight at once, across both protocols; beyond it, 429 / RESOURCE_EXHAUSTED.
     #[arg(long, env = "PGVS3_MAX_IN_FLIGHT", default_value_t = 1024)]
     pub max_in_flight: usize,
+    /// Requests in flight at once per queue (HTTP requests naming a queue; 0 = no per-queue limit).
+    #[arg(long, env = "PGVS3_QUEUE_MAX_IN_FLIGHT", default_value_t = 256)]
+    pub queue_max_in_flight: usize,
     /// Most queue namespaces this database may hold (0 = unlimited); beyond it, 429 quota_exceeded.
     #[arg(long, env = "PGVS3_MAX_QUEUES", default_value_t = 0)]
     pub max_queues: i64,
@@ -92,7 +95,7 @@ pub struct ServeArgs {
     #[arg(long, env = "PGVS3_MAX_BODY_BYTES", default_value_t = 1_048_576)]
     pub max_body_bytes: usize,
     /// Lease length when neither the fetch nor the job sets one, ms.
-    #[arg(long, env = "PGVS3_VISIBILITY_TIMEOUT_MS", default_value_t = 30_000)]
+    #[arg(long, env = "PGVS3_VISIBILITY_TIMEOUT_MS", default_value_t = 1_800_000)]
     pub visibility_timeout_ms: i64,
     /// Refuse ack/nack that carry no lease token.
     #[arg(long, env = "PGVS3_REQUIRE_LEASE_TOKEN")]

@@ -30,5 +30,10 @@ pub async fn run(service: Arc<Service>, interval: Duration, mut stop: watch::Rec
             Ok(_) => {}
             Err(error) => tracing::warn!(%error, "maintenance pass failed"),
         }
+        match service.fire_due_crons().await {
+            Ok(0) => {}
+            Ok(fired) => tracing::info!(fired, "cron jobs fired"),
+            Err(error) => tracing::warn!(%error, "cron firing failed"),
+        }
     }
 }

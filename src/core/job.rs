@@ -174,8 +174,9 @@ pub struct Enqueued {
     pub created: bool,
 }
 
-/// Options of an enqueue request, as either protocol carries them.
-#[derive(Debug, Clone, Default)]
+/// Options of an enqueue request, as either protocol carries them (and as cron templates store them).
+#[derive(Debug, Clone, Default, Serialize, Deserialize)]
+#[serde(default)]
 pub struct JobOptions {
     /// Target queue; `default` when absent.
     pub queue: Option<String>,
@@ -204,11 +205,14 @@ pub struct JobOptions {
 }
 
 /// A job to enqueue.
-#[derive(Debug, Clone, Default)]
+#[derive(Debug, Clone, Default, Serialize, Deserialize)]
+#[serde(default)]
 pub struct EnqueueJob {
     /// Caller id, if any.
+    #[serde(skip_serializing_if = "Option::is_none")]
     pub id: Option<String>,
     /// Job type.
+    #[serde(rename = "type")]
     pub job_type: String,
     /// Positional arguments.
     pub args: Vec<Value>,

@@ -7,6 +7,7 @@ pub mod job;
 pub mod stream;
 pub mod time;
 pub mod validate;
+pub mod workflow;
 
 use std::time::{Duration, Instant};
 
@@ -47,7 +48,7 @@ pub struct ServiceSettings {
 impl Default for ServiceSettings {
     fn default() -> Self {
         ServiceSettings {
-            default_visibility_timeout_ms: 30_000,
+            default_visibility_timeout_ms: 1_800_000,
             require_lease_token: false,
             max_fetch_queues: 64,
             max_fetch_count: 100,

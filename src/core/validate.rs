@@ -114,7 +114,7 @@ pub fn parse_job_id(id: &str) -> Result<Uuid, CoreError> {
 /// A lease token as the worker sent it.
 pub fn parse_lease_token(token: Option<&str>) -> Result<Option<Uuid>, CoreError> {
     match token {
-        None | Some("") => Ok(None),
+        None => Ok(None),
         Some(t) => Uuid::try_parse(t).map(Some).map_err(|_| {
             CoreError::invalid(format!("lease_token {t:?} is not a lease token"))
                 .with_detail("field", "lease_token".into())

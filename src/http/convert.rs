@@ -3,6 +3,7 @@
 use crate::core::job::{Failure, Heartbeat, JobOptions, RetryPolicy};
 use crate::core::stream::{Appended, Batch, ConsumerInfo, NewMessage, StreamDeadLetter};
 use crate::core::time::{format_duration_ms, format_time};
+use crate::core::workflow::{CronEntry, NewCron, NewStep, NewWorkflow, Workflow};
 use crate::core::{CoreError, EnqueueJob, Job, JobState, QueueConfigChanges};
 
 use super::api::types;
@@ -92,7 +93,7 @@ pub fn enqueue(body: types::EnqueueRequest) -> EnqueueJob {
         meta: body.meta,
         extra,
         options: JobOptions {
-            queue: o.queue,
+            queue: o.queue.or(body.queue),
             priority: o.priority,
             timeout_ms: o.timeout_ms,
             visibility_timeout_ms: o.visibility_timeout_ms,
@@ -303,5 +304,141 @@ pub fn stream_dead_letter(d: &StreamDeadLetter) -> types::StreamDeadLetter {
         retry_count: i64::from(d.retry_count),
         reason: d.reason.clone(),
         failed_at: format_time(&d.failed_at),
+    }
+}
+
+fn workflow_job(job: types::WorkflowJob) -> EnqueueJob {
+    enqueue(types::EnqueueRequest {
+        r#type: job.r#type,
+        args: job.args.unwrap_or_default(),
+        meta: job.meta,
+        options: job.options,
+        ..Default::default()
+    })
+}
+
+/// A workflow request in core terms: `type` chain / group / batch, or steps with `depends_on`.
+pub fn new_workflow(body: types::WorkflowRequest) -> Result<NewWorkflow, CoreError> {
+    let is_dag = body.r#type.is_none()
+        && body
+            .steps
+            .as_ref()
+            .is_some_and(|s| s.iter().any(|j| j.depends_on.is_some() || j.id.is_some()));
+    let kind = match (&body.r#type, is_dag) {
+        (Some(kind), _) => kind.clone(),
+        (None, true) => "dag".to_string(),
+        (None, false) => {
+            return Err(CoreError::invalid(
+                "type is required: chain, group or batch",
+            ));
+        }
+    };
+    let jobs = match kind.as_str() {
+        "group" | "batch" => body.jobs.or(body.steps),
+        _ => body.steps.or(body.jobs),
+    }
+    .unwrap_or_default();
+    let steps = jobs
+        .into_iter()
+        .map(|j| NewStep {
+            key: j.id.clone(),
+            depends_on: j.depends_on.clone().unwrap_or_default(),
+            job: workflow_job(j),
+        })
+        .collect();
+    let mut callbacks = Vec::new();
+    if let Some(c) = body.callbacks {
+        for (name, job) in [
+            ("on_complete", c.on_complete),
+            ("on_success", c.on_success),
+            ("on_failure", c.on_failure),
+        ] {
+            if let Some(job) = job {
+                callbacks.push((name.to_string(), workflow_job(job)));
+            }
+        }
+    }
+    Ok(NewWorkflow {
+        kind,
+        name: body.name.unwrap_or_else(|| "workflow".to_string()),
+        steps,
+        callbacks,
+    })
+}
+
+/// A workflow on the wire; group and batch also count as jobs.
+pub fn workflow(w: &Workflow) -> types::WorkflowView {
+    types::WorkflowView {
+        id: w.id.to_string(),
+        name: w.name.clone(),
+        r#type: w.kind.clone(),
+        state: w.state.clone(),
+        steps_total: w.steps_total,
+        steps_completed: w.steps_completed,
+        jobs_total: w.steps_total,
+        jobs_completed: w.steps_completed,
+        created_at: format_time(&w.created_at),
+        completed_at: w.completed_at.as_ref().map(format_time),
+        cancelled_at: w.cancelled_at.as_ref().map(format_time),
+        steps_cancelled: w.steps_cancelled,
+        steps_already_completed: w.steps_already_completed,
+        steps: w
+            .steps
+            .iter()
+            .map(|s| types::WorkflowStepView {
+                id: s.id.clone(),
+                r#type: s.job_type.clone(),
+                state: s.state.clone(),
+                job_id: s.job_id.to_string(),
+                depends_on: s.depends_on.clone(),
+            })
+            .collect(),
+    }
+}
+
+/// A cron request in core terms: `expression`/`job_template` or `cron`/flat `type`, `args`.
+pub fn new_cron(body: types::CronRequest) -> Result<NewCron, CoreError> {
+    let expression = body.expression.or(body.cron).ok_or_else(|| {
+        CoreError::invalid("expression (or cron) is required")
+            .with_detail("field", "expression".into())
+    })?;
+    let template = match (body.job_template, body.r#type) {
+        (Some(t), _) => enqueue(t),
+        (None, Some(job_type)) => enqueue(types::EnqueueRequest {
+            r#type: job_type,
+            args: body.args.unwrap_or_default(),
+            meta: body.meta,
+            options: body.options,
+            ..Default::default()
+        }),
+        (None, None) => {
+            return Err(
+                CoreError::invalid("job_template (or type and args) is required")
+                    .with_detail("field", "job_template".into()),
+            );
+        }
+    };
+    Ok(NewCron {
+        name: body.name,
+        expression,
+        timezone: body.timezone,
+        overlap_policy: body.overlap_policy,
+        template,
+    })
+}
+
+/// A cron registration on the wire.
+pub fn cron(c: &CronEntry) -> types::CronEntry {
+    types::CronEntry {
+        name: c.name.clone(),
+        expression: c.expression.clone(),
+        cron: c.expression.clone(),
+        timezone: c.timezone.clone(),
+        overlap_policy: c.overlap_policy.clone(),
+        enabled: c.enabled,
+        next_run_at: c.next_run_at.as_ref().map(format_time),
+        last_run_at: c.last_run_at.as_ref().map(format_time),
+        created_at: format_time(&c.created_at),
+        job_template: c.job_template.as_object().cloned().unwrap_or_default(),
     }
 }

@@ -629,4 +629,90 @@ impl api::HttpApi for HttpAdapter {
             replayed: i64::from(replayed),
         }))
     }
+
+    async fn list_cron(&self, _ctx: RequestContext) -> Result<api::ListCronResponse, ApiError> {
+        let entries: Vec<_> = self
+            .service
+            .list_crons()
+            .await?
+            .iter()
+            .map(convert::cron)
+            .collect();
+        Ok(api::ListCronResponse::Ok(types::CronList {
+            pagination: types::Pagination {
+                total: entries.len() as i64,
+                has_more: false,
+                limit: None,
+                offset: None,
+                next_cursor: None,
+            },
+            cron_jobs: entries.clone(),
+            crons: entries,
+        }))
+    }
+
+    async fn register_cron(
+        &self,
+        _ctx: RequestContext,
+        body: types::CronRequest,
+    ) -> Result<api::RegisterCronResponse, ApiError> {
+        let entry = self.service.register_cron(convert::new_cron(body)?).await?;
+        let wire = convert::cron(&entry);
+        Ok(api::RegisterCronResponse::Created(types::CronEnvelope {
+            cron_job: wire.clone(),
+            cron: wire,
+        }))
+    }
+
+    async fn unregister_cron(
+        &self,
+        _ctx: RequestContext,
+        name: String,
+    ) -> Result<api::UnregisterCronResponse, ApiError> {
+        let entry = self.service.unregister_cron(&name).await?;
+        let wire = convert::cron(&entry);
+        Ok(api::UnregisterCronResponse::Ok(types::CronEnvelope {
+            cron_job: wire.clone(),
+            cron: wire,
+        }))
+    }
+
+    async fn create_workflow(
+        &self,
+        _ctx: RequestContext,
+        body: types::WorkflowRequest,
+    ) -> Result<api::CreateWorkflowResponse, ApiError> {
+        let workflow = self
+            .service
+            .create_workflow(convert::new_workflow(body)?)
+            .await?;
+        Ok(api::CreateWorkflowResponse::Created {
+            location: format!("/ojs/v1/workflows/{}", workflow.id),
+            body: types::WorkflowEnvelope {
+                workflow: convert::workflow(&workflow),
+            },
+        })
+    }
+
+    async fn get_workflow(
+        &self,
+        _ctx: RequestContext,
+        id: String,
+    ) -> Result<api::GetWorkflowResponse, ApiError> {
+        let workflow = self.service.get_workflow(&id).await?;
+        Ok(api::GetWorkflowResponse::Ok(types::WorkflowEnvelope {
+            workflow: convert::workflow(&workflow),
+        }))
+    }
+
+    async fn cancel_workflow(
+        &self,
+        _ctx: RequestContext,
+        id: String,
+    ) -> Result<api::CancelWorkflowResponse, ApiError> {
+        let workflow = self.service.cancel_workflow(&id).await?;
+        Ok(api::CancelWorkflowResponse::Ok(types::WorkflowEnvelope {
+            workflow: convert::workflow(&workflow),
+        }))
+    }
 }

@@ -15,6 +15,11 @@ const MIGRATIONS: &[(i32, &str, &str)] = &[
         "namespaces",
         include_str!("../../sql/004_namespaces.sql"),
     ),
+    (
+        5,
+        "workflows_cron",
+        include_str!("../../sql/005_workflows_cron.sql"),
+    ),
 ];
 
 /// The queue schema template and its version; bump the version whenever the template changes.

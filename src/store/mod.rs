@@ -12,6 +12,7 @@ use sqlx::postgres::{PgConnectOptions, PgPool, PgPoolOptions};
 use uuid::Uuid;
 
 use crate::core::job::RetryPolicy;
+use crate::core::workflow::CronEntry;
 use crate::core::{CoreError, ErrorKind, Job, JobState, MaintenanceReport, QueueSummary};
 pub use signals::{Signals, Wakeups};
 
@@ -542,5 +543,111 @@ impl Store {
                 created_at,
             })
             .collect())
+    }
+}
+
+impl Store {
+    /// `s3p.create_workflow`: the new workflow's view.
+    pub async fn create_workflow(
+        &self,
+        id: Uuid,
+        name: &str,
+        kind: &str,
+        steps: &Value,
+        callbacks: &Value,
+    ) -> Result<Value, CoreError> {
+        sqlx::query_scalar("SELECT s3p.create_workflow($1, $2, $3, $4, $5)")
+            .bind(id)
+            .bind(name)
+            .bind(kind)
+            .bind(steps)
+            .bind(callbacks)
+            .fetch_one(&self.pool)
+            .await
+            .map_err(map_db_error)
+    }
+
+    /// `s3p.workflow_view`.
+    pub async fn workflow(&self, id: Uuid) -> Result<Value, CoreError> {
+        sqlx::query_scalar("SELECT s3p.workflow_view($1)")
+            .bind(id)
+            .fetch_one(&self.pool)
+            .await
+            .map_err(map_db_error)
+    }
+
+    /// `s3p.cancel_workflow`.
+    pub async fn cancel_workflow(&self, id: Uuid) -> Result<Value, CoreError> {
+        sqlx::query_scalar("SELECT s3p.cancel_workflow($1)")
+            .bind(id)
+            .fetch_one(&self.pool)
+            .await
+            .map_err(map_db_error)
+    }
+
+    /// `s3p.cron_register`.
+    pub async fn register_cron(
+        &self,
+        name: &str,
+        expression: &str,
+        timezone: &str,
+        overlap: &str,
+        template: &Value,
+        first_run: Option<DateTime<Utc>>,
+    ) -> Result<CronEntry, CoreError> {
+        sqlx::query_as("SELECT * FROM s3p.cron_register($1, $2, $3, $4, $5, $6)")
+            .bind(name)
+            .bind(expression)
+            .bind(timezone)
+            .bind(overlap)
+            .bind(template)
+            .bind(first_run)
+            .fetch_one(&self.pool)
+            .await
+            .map_err(map_db_error)
+    }
+
+    /// `s3p.cron_unregister`.
+    pub async fn unregister_cron(&self, name: &str) -> Result<CronEntry, CoreError> {
+        sqlx::query_as("SELECT * FROM s3p.cron_unregister($1)")
+            .bind(name)
+            .fetch_one(&self.pool)
+            .await
+            .map_err(map_db_error)
+    }
+
+    /// `s3p.cron_list`.
+    pub async fn list_crons(&self) -> Result<Vec<CronEntry>, CoreError> {
+        sqlx::query_as("SELECT * FROM s3p.cron_list()")
+            .fetch_all(&self.pool)
+            .await
+            .map_err(map_db_error)
+    }
+
+    /// `s3p.cron_due`.
+    pub async fn due_crons(&self, max: i32) -> Result<Vec<CronEntry>, CoreError> {
+        sqlx::query_as("SELECT * FROM s3p.cron_due($1)")
+            .bind(max)
+            .fetch_all(&self.pool)
+            .await
+            .map_err(map_db_error)
+    }
+
+    /// `s3p.cron_fire`: the enqueued job id, or None (skipped or fired elsewhere).
+    pub async fn fire_cron(
+        &self,
+        name: &str,
+        expected: DateTime<Utc>,
+        following: Option<DateTime<Utc>>,
+        job: &Value,
+    ) -> Result<Option<Uuid>, CoreError> {
+        sqlx::query_scalar("SELECT s3p.cron_fire($1, $2, $3, $4)")
+            .bind(name)
+            .bind(expected)
+            .bind(following)
+            .bind(job)
+            .fetch_one(&self.pool)
+            .await
+            .map_err(map_db_error)
     }
 }

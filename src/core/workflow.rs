@@ -1,0 +1,418 @@
+//! Workflows (chain, group, batch, and the DAG `depends_on` form) and cron registrations: the
+//! validation and preparation; SQL runs the one DAG engine and the firing compare-and-set.
+
+use std::collections::HashMap;
+
+use chrono::{DateTime, Utc};
+use serde::Deserialize;
+use serde_json::{Map, Value, json};
+use uuid::Uuid;
+
+use super::cron::{Schedule, parse_time_zone};
+use super::validate::new_job_row;
+use super::{CoreError, EnqueueJob, Service};
+
+/// Most steps one workflow may have.
+pub const MAX_WORKFLOW_STEPS: usize = 1000;
+
+/// One step of a workflow to create.
+#[derive(Debug, Clone, Default)]
+pub struct NewStep {
+    /// Step name (DAG form); defaults to its position.
+    pub key: Option<String>,
+    /// Names of the steps it waits for (DAG form).
+    pub depends_on: Vec<String>,
+    /// The job it runs.
+    pub job: EnqueueJob,
+}
+
+/// A workflow to create.
+#[derive(Debug, Clone, Default)]
+pub struct NewWorkflow {
+    /// `chain` (each step after the previous), `group`, `batch` (group + callbacks) or `dag`.
+    pub kind: String,
+    /// Name.
+    pub name: String,
+    /// Steps (chain, dag) or jobs (group, batch).
+    pub steps: Vec<NewStep>,
+    /// Batch callbacks by name: on_complete, on_success, on_failure.
+    pub callbacks: Vec<(String, EnqueueJob)>,
+}
+
+/// A step as the workflow reports it.
+#[derive(Debug, Clone, Deserialize, PartialEq)]
+pub struct WorkflowStep {
+    /// Step name.
+    pub id: String,
+    /// Job type.
+    #[serde(rename = "type")]
+    pub job_type: String,
+    /// waiting, enqueued, completed, failed or cancelled.
+    pub state: String,
+    /// The step's job.
+    pub job_id: Uuid,
+    /// Positions of the steps it waits for.
+    pub depends_on: Vec<i64>,
+}
+
+/// A workflow and its progress.
+#[derive(Debug, Clone, Deserialize, PartialEq)]
+pub struct Workflow {
+    /// Id (UUIDv7).
+    pub id: Uuid,
+    /// Name.
+    pub name: String,
+    /// chain, group, batch or dag.
+    #[serde(rename = "type")]
+    pub kind: String,
+    /// running, completed, failed or cancelled.
+    pub state: String,
+    /// When created.
+    pub created_at: DateTime<Utc>,
+    /// When it ended.
+    pub completed_at: Option<DateTime<Utc>>,
+    /// When cancelled.
+    pub cancelled_at: Option<DateTime<Utc>>,
+    /// Steps in all.
+    pub steps_total: i64,
+    /// Steps completed.
+    pub steps_completed: i64,
+    /// The steps.
+    pub steps: Vec<WorkflowStep>,
+    /// On cancel: steps cancelled.
+    #[serde(default)]
+    pub steps_cancelled: Option<i64>,
+    /// On cancel: steps that had completed.
+    #[serde(default)]
+    pub steps_already_completed: Option<i64>,
+}
+
+/// A cron registration to create.
+#[derive(Debug, Clone, Default)]
+pub struct NewCron {
+    /// Unique name.
+    pub name: String,
+    /// Five-field expression or shorthand.
+    pub expression: String,
+    /// IANA time zone (UTC by default).
+    pub timezone: Option<String>,
+    /// allow, skip (default) or cancel.
+    pub overlap_policy: Option<String>,
+    /// The job each firing enqueues.
+    pub template: EnqueueJob,
+}
+
+/// A stored cron registration.
+#[derive(Debug, Clone, PartialEq, sqlx::FromRow)]
+pub struct CronEntry {
+    /// Name.
+    pub name: String,
+    /// Expression.
+    pub expression: String,
+    /// Time zone.
+    pub timezone: String,
+    /// Overlap policy.
+    pub overlap_policy: String,
+    /// Job template (type, args, meta, options).
+    pub job_template: Value,
+    /// Whether it fires.
+    pub enabled: bool,
+    /// Next firing.
+    pub next_run_at: Option<DateTime<Utc>>,
+    /// Last firing.
+    pub last_run_at: Option<DateTime<Utc>>,
+    /// Job of the last firing.
+    pub last_job_id: Option<Uuid>,
+    /// When registered.
+    pub created_at: DateTime<Utc>,
+}
+
+fn check_step_name(name: &str) -> Result<(), CoreError> {
+    let ok = !name.is_empty()
+        && name.len() <= 255
+        && name
+            .chars()
+            .all(|c| c.is_ascii_alphanumeric() || matches!(c, '.' | '-' | '_' | ':'));
+    if ok {
+        Ok(())
+    } else {
+        Err(CoreError::invalid(format!(
+            "name {name:?} is invalid: use 1-255 letters, digits, '.', '-', '_' or ':'"
+        )))
+    }
+}
+
+/// Dependency positions per step; refuses unknown names and cycles.
+fn dependencies(workflow: &NewWorkflow) -> Result<Vec<Vec<usize>>, CoreError> {
+    let n = workflow.steps.len();
+    match workflow.kind.as_str() {
+        "chain" => {
+            return Ok((0..n)
+                .map(|i| if i == 0 { vec![] } else { vec![i - 1] })
+                .collect());
+        }
+        "group" | "batch" => return Ok(vec![Vec::new(); n]),
+        "dag" => {}
+        other => {
+            return Err(CoreError::invalid(format!(
+                "workflow type {other:?} must be chain, group or batch (or steps with depends_on)"
+            )));
+        }
+    }
+    let mut index = HashMap::new();
+    for (i, step) in workflow.steps.iter().enumerate() {
+        let key = step.key.clone().unwrap_or_else(|| i.to_string());
+        if index.insert(key.clone(), i).is_some() {
+            return Err(CoreError::invalid(format!("step id {key:?} is used twice")));
+        }
+    }
+    let deps = workflow
+        .steps
+        .iter()
+        .map(|s| {
+            s.depends_on
+                .iter()
+                .map(|d| {
+                    index.get(d).copied().ok_or_else(|| {
+                        CoreError::invalid(format!("depends_on names an unknown step {d:?}"))
+                    })
+                })
+                .collect::<Result<Vec<_>, _>>()
+        })
+        .collect::<Result<Vec<_>, _>>()?;
+    // Kahn's algorithm: every step must become runnable eventually.
+    let mut remaining: Vec<usize> = deps.iter().map(Vec::len).collect();
+    let mut ready: Vec<usize> = (0..n).filter(|&i| remaining[i] == 0).collect();
+    let mut seen = 0;
+    while let Some(i) = ready.pop() {
+        seen += 1;
+        for (j, d) in deps.iter().enumerate() {
+            for &k in d {
+                if k == i {
+                    remaining[j] -= 1;
+                    if remaining[j] == 0 {
+                        ready.push(j);
+                    }
+                }
+            }
+        }
+    }
+    if seen != n {
+        return Err(CoreError::invalid("the steps' depends_on form a cycle"));
+    }
+    Ok(deps)
+}
+
+fn prepared(job: &EnqueueJob, now: DateTime<Utc>, what: &str) -> Result<Value, CoreError> {
+    new_job_row(job, now).map_err(|mut e| {
+        e.message = format!("{what}: {}", e.message);
+        e
+    })
+}
+
+impl Service {
+    /// Creates a workflow and enqueues the steps that can run at once.
+    pub async fn create_workflow(&self, workflow: NewWorkflow) -> Result<Workflow, CoreError> {
+        check_step_name(&workflow.name)?;
+        if workflow.steps.is_empty() || workflow.steps.len() > MAX_WORKFLOW_STEPS {
+            return Err(CoreError::invalid(format!(
+                "a workflow needs between 1 and {MAX_WORKFLOW_STEPS} steps"
+            )));
+        }
+        let deps = dependencies(&workflow)?;
+        let now = Utc::now();
+        let mut steps = Vec::with_capacity(workflow.steps.len());
+        for (i, (step, deps)) in workflow.steps.iter().zip(deps).enumerate() {
+            steps.push(json!({
+                "key": step.key.clone().unwrap_or_else(|| i.to_string()),
+                "depends_on": deps,
+                "job": prepared(&step.job, now, &format!("steps[{i}]"))?,
+            }));
+        }
+        if !workflow.callbacks.is_empty() && workflow.kind != "batch" {
+            return Err(CoreError::invalid("callbacks belong to batch workflows"));
+        }
+        let mut callbacks = Map::new();
+        for (name, job) in &workflow.callbacks {
+            if !matches!(name.as_str(), "on_complete" | "on_success" | "on_failure") {
+                return Err(CoreError::invalid(format!(
+                    "callback {name:?} must be on_complete, on_success or on_failure"
+                )));
+            }
+            callbacks.insert(
+                name.clone(),
+                prepared(job, now, &format!("callbacks.{name}"))?,
+            );
+        }
+        let view = self
+            .store
+            .create_workflow(
+                Uuid::now_v7(),
+                &workflow.name,
+                &workflow.kind,
+                &Value::Array(steps),
+                &Value::Object(callbacks),
+            )
+            .await?;
+        workflow_from(view)
+    }
+
+    /// A workflow's progress.
+    pub async fn get_workflow(&self, id: &str) -> Result<Workflow, CoreError> {
+        let id = parse_workflow_id(id)?;
+        workflow_from(self.store.workflow(id).await?)
+    }
+
+    /// Cancels a running workflow.
+    pub async fn cancel_workflow(&self, id: &str) -> Result<Workflow, CoreError> {
+        let id = parse_workflow_id(id)?;
+        workflow_from(self.store.cancel_workflow(id).await?)
+    }
+
+    /// Registers a cron job; 409 duplicate when the name exists.
+    pub async fn register_cron(&self, cron: NewCron) -> Result<CronEntry, CoreError> {
+        check_step_name(&cron.name)?;
+        let schedule = Schedule::parse(&cron.expression).map_err(|e| {
+            CoreError::invalid(e.to_string()).with_detail("field", "expression".into())
+        })?;
+        let timezone = cron.timezone.clone().unwrap_or_else(|| "UTC".to_string());
+        let tz = parse_time_zone(&timezone).map_err(|e| {
+            CoreError::invalid(e.to_string()).with_detail("field", "timezone".into())
+        })?;
+        let overlap = cron
+            .overlap_policy
+            .clone()
+            .unwrap_or_else(|| "skip".to_string());
+        if !matches!(overlap.as_str(), "allow" | "skip" | "cancel") {
+            return Err(CoreError::invalid(format!(
+                "overlap_policy {overlap:?} must be allow, skip or cancel"
+            )));
+        }
+        let now = Utc::now();
+        prepared(&cron.template, now, "job_template")?;
+        let first = schedule.next_after(now, tz);
+        let template = serde_json::to_value(&cron.template)
+            .map_err(|e| CoreError::invalid(format!("job_template cannot be stored: {e}")))?;
+        self.store
+            .register_cron(
+                &cron.name,
+                &cron.expression,
+                &timezone,
+                &overlap,
+                &template,
+                first,
+            )
+            .await
+    }
+
+    /// Removes a cron job.
+    pub async fn unregister_cron(&self, name: &str) -> Result<CronEntry, CoreError> {
+        check_step_name(name)?;
+        self.store.unregister_cron(name).await
+    }
+
+    /// Every cron job.
+    pub async fn list_crons(&self) -> Result<Vec<CronEntry>, CoreError> {
+        self.store.list_crons().await
+    }
+
+    /// Fires every due cron slot (each exactly once across gateways); returns how many jobs it
+    /// enqueued.
+    pub async fn fire_due_crons(&self) -> Result<usize, CoreError> {
+        let now = Utc::now();
+        let mut fired = 0;
+        for entry in self.store.due_crons(100).await? {
+            let (Some(expected), Ok(schedule), Ok(tz)) = (
+                entry.next_run_at,
+                Schedule::parse(&entry.expression),
+                parse_time_zone(&entry.timezone),
+            ) else {
+                continue;
+            };
+            let following = schedule.next_after(now, tz);
+            let template: EnqueueJob = match serde_json::from_value(entry.job_template.clone()) {
+                Ok(t) => t,
+                Err(error) => {
+                    tracing::warn!(cron = %entry.name, %error, "cron template is unreadable");
+                    continue;
+                }
+            };
+            let row = match new_job_row(&template, now) {
+                Ok(row) => row,
+                Err(error) => {
+                    tracing::warn!(cron = %entry.name, %error, "cron template no longer validates");
+                    continue;
+                }
+            };
+            if self
+                .store
+                .fire_cron(&entry.name, expected, following, &row)
+                .await?
+                .is_some()
+            {
+                fired += 1;
+            }
+        }
+        Ok(fired)
+    }
+}
+
+fn parse_workflow_id(id: &str) -> Result<Uuid, CoreError> {
+    Uuid::try_parse(id).map_err(|_| {
+        CoreError::invalid(format!("workflow id {id:?} is not a UUID"))
+            .with_detail("field", "workflow_id".into())
+    })
+}
+
+fn workflow_from(view: Value) -> Result<Workflow, CoreError> {
+    serde_json::from_value(view).map_err(|e| {
+        CoreError::new(
+            super::ErrorKind::Backend,
+            format!("workflow view could not be read: {e}"),
+        )
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn step(key: &str, deps: &[&str]) -> NewStep {
+        NewStep {
+            key: Some(key.to_string()),
+            depends_on: deps.iter().map(|d| d.to_string()).collect(),
+            job: EnqueueJob::default(),
+        }
+    }
+
+    #[test]
+    fn dag_dependencies_resolve_and_cycles_are_refused() {
+        let ok = NewWorkflow {
+            kind: "dag".into(),
+            steps: vec![step("a", &[]), step("b", &["a"]), step("c", &["a", "b"])],
+            ..Default::default()
+        };
+        assert_eq!(
+            dependencies(&ok).expect("acyclic"),
+            vec![vec![], vec![0], vec![0, 1]]
+        );
+        let cycle = NewWorkflow {
+            kind: "dag".into(),
+            steps: vec![step("a", &["b"]), step("b", &["a"])],
+            ..Default::default()
+        };
+        assert!(dependencies(&cycle).is_err());
+        let unknown = NewWorkflow {
+            kind: "dag".into(),
+            steps: vec![step("a", &["zzz"])],
+            ..Default::default()
+        };
+        assert!(dependencies(&unknown).is_err());
+        let chain = NewWorkflow {
+            kind: "chain".into(),
+            steps: vec![step("a", &[]), step("b", &[])],
+            ..Default::default()
+        };
+        assert_eq!(dependencies(&chain).expect("chain"), vec![vec![], vec![0]]);
+    }
+}
