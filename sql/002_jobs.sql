@@ -378,6 +378,7 @@ BEGIN
             PERFORM pg_notify('s3p_streams', q.name);
         END IF;
     END LOOP;
+    PERFORM s3p.trim_events(coalesce(nullif(current_setting('s3p.event_retention_ms', true), '')::bigint, 3600000), batch);
     -- Unique keys whose job is gone (removed by retention) hold nothing.
     DELETE FROM s3p.unique_keys k
      WHERE k.key IN (SELECT u.key FROM s3p.unique_keys u

@@ -70,6 +70,8 @@ BEGIN
     END IF;
     new_job.seq := nextval('__SCHEMA__.job_seq');
     INSERT INTO __SCHEMA__.jobs SELECT new_job.* RETURNING * INTO stored;
+    PERFORM s3p.emit(CASE stored.state WHEN 'scheduled' THEN 'job.scheduled' ELSE 'job.enqueued' END, stored,
+                     jsonb_build_object('priority', stored.priority, 'scheduled_at', stored.scheduled_at));
     RETURN stored;
 END
 $fn$;
@@ -130,13 +132,14 @@ BEGIN
         RETURNING j.*
     LOOP
         got := got + 1;
+        PERFORM s3p.emit('job.started', claimed, jsonb_build_object('worker_id', worker));
         RETURN NEXT claimed;
     END LOOP;
     IF got >= wanted THEN
         RETURN;
     END IF;
 
-    RETURN QUERY
+    FOR claimed IN
     WITH ready AS (
         SELECT id FROM __SCHEMA__.jobs
          WHERE state IN ('available', 'scheduled', 'retryable') AND run_at <= now()
@@ -159,7 +162,11 @@ BEGIN
          WHERE j.id = r.id
         RETURNING j.*
     )
-    SELECT * FROM claimed_now ORDER BY priority DESC, run_at, seq;
+    SELECT * FROM claimed_now ORDER BY priority DESC, run_at, seq
+    LOOP
+        PERFORM s3p.emit('job.started', claimed, jsonb_build_object('worker_id', worker));
+        RETURN NEXT claimed;
+    END LOOP;
 END
 $fn$;
 
@@ -206,6 +213,9 @@ BEGIN
            error = NULL, lease_token = NULL, lease_expires_at = NULL
      WHERE id = job_id
     RETURNING * INTO stored;
+    PERFORM s3p.emit('job.completed', stored, jsonb_build_object(
+        'duration_ms', round(extract(epoch FROM stored.completed_at - stored.started_at) * 1000),
+        'result', stored.result));
     PERFORM __SCHEMA__.settled(stored);
     RETURN NEXT stored;
 END
@@ -252,6 +262,14 @@ BEGIN
          WHERE id = job_id
         RETURNING * INTO stored;
     END IF;
+    PERFORM s3p.emit('job.failed', stored, jsonb_build_object('error', failure_entry));
+    IF stored.state = 'retryable' THEN
+        PERFORM s3p.emit('job.retrying', stored, jsonb_build_object(
+            'next_attempt_at', stored.run_at, 'retry_delay_ms', stored.retry_delay_ms));
+    ELSIF stored.state = 'discarded' THEN
+        PERFORM s3p.emit(CASE WHEN stored.retry->>'on_exhaustion' = 'dead_letter' THEN 'job.dead' ELSE 'job.discarded' END,
+                         stored, '{}');
+    END IF;
     PERFORM __SCHEMA__.settled(stored);
     RETURN NEXT stored;
 END
@@ -275,6 +293,7 @@ BEGIN
            lease_token = NULL, lease_expires_at = NULL
      WHERE id = job_id
     RETURNING * INTO current;
+    PERFORM s3p.emit('job.cancelled', current, '{}');
     PERFORM __SCHEMA__.settled(current);
     RETURN NEXT current;
 END

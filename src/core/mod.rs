@@ -3,6 +3,7 @@
 
 pub mod cron;
 pub mod error;
+pub mod events;
 pub mod job;
 pub mod stream;
 pub mod time;
@@ -124,12 +125,12 @@ impl Service {
         Manifest {
             ojs_version: "1.0",
             version: env!("CARGO_PKG_VERSION"),
-            conformance_level: 1,
+            conformance_level: 4,
             protocols: vec!["http", "grpc"],
             backend: "postgres",
             capabilities: vec![
                 ("batch_enqueue", true),
-                ("cron_jobs", false),
+                ("cron_jobs", true),
                 ("dead_letter", true),
                 ("delayed_jobs", true),
                 ("job_ttl", true),
@@ -137,7 +138,7 @@ impl Service {
                 ("rate_limiting", true),
                 ("schema_validation", false),
                 ("unique_jobs", true),
-                ("workflows", false),
+                ("workflows", true),
                 ("pause_resume", true),
             ],
             extensions: vec![

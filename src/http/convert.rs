@@ -442,3 +442,17 @@ pub fn cron(c: &CronEntry) -> types::CronEntry {
         job_template: c.job_template.as_object().cloned().unwrap_or_default(),
     }
 }
+
+/// An event in the OJS envelope (CloudEvents-like).
+pub fn event(e: &crate::core::events::Event) -> types::Event {
+    types::Event {
+        specversion: "1.0".to_string(),
+        id: format!("evt_{}", e.id),
+        r#type: e.event_type.clone(),
+        source: "ojs://pgvs3".to_string(),
+        time: format_time(&e.time),
+        subject: e.job_id.map(|j| j.to_string()),
+        datacontenttype: Some("application/json".to_string()),
+        data: e.data.as_object().cloned().unwrap_or_default(),
+    }
+}

@@ -4,6 +4,7 @@ use std::sync::Arc;
 
 use super::api::{self, types};
 use super::{ApiError, RequestContext, convert};
+use crate::core::events::EventQuery;
 use crate::core::stream::Receive;
 use crate::core::time::format_time;
 use crate::core::{AckJob, FetchJobs, NackJob, QueueConfigChanges, Service};
@@ -54,7 +55,7 @@ impl api::HttpApi for HttpAdapter {
                 pause_resume: cap("pause_resume"),
             },
             extensions: m.extensions.iter().map(|e| e.to_string()).collect(),
-            unique_job_strength: None,
+            unique_job_strength: Some("strong".to_string()),
             limits: m.limits.as_object().cloned(),
         }))
     }
@@ -713,6 +714,38 @@ impl api::HttpApi for HttpAdapter {
         let workflow = self.service.cancel_workflow(&id).await?;
         Ok(api::CancelWorkflowResponse::Ok(types::WorkflowEnvelope {
             workflow: convert::workflow(&workflow),
+        }))
+    }
+
+    async fn list_events(
+        &self,
+        _ctx: RequestContext,
+        query: api::ListEventsQuery,
+    ) -> Result<api::ListEventsResponse, ApiError> {
+        let split = |v: Option<String>| -> Vec<String> {
+            v.map(|s| {
+                s.split(',')
+                    .map(str::trim)
+                    .filter(|t| !t.is_empty())
+                    .map(str::to_string)
+                    .collect()
+            })
+            .unwrap_or_default()
+        };
+        let page = self
+            .service
+            .events(EventQuery {
+                after: query.after,
+                types: split(query.types),
+                queues: split(query.queues),
+                job_types: split(query.job_types),
+                limit: query.limit,
+            })
+            .await?;
+        Ok(api::ListEventsResponse::Ok(types::EventPage {
+            events: page.events.iter().map(convert::event).collect(),
+            cursor: page.cursor,
+            has_more: page.has_more,
         }))
     }
 }

@@ -6,21 +6,25 @@ use super::map_db_error;
 use crate::core::CoreError;
 
 /// Catalog migrations in order: (version, name, SQL).
-const MIGRATIONS: &[(i32, &str, &str)] = &[
-    (1, "catalog", include_str!("../../sql/001_catalog.sql")),
-    (2, "jobs", include_str!("../../sql/002_jobs.sql")),
-    (3, "streams", include_str!("../../sql/003_streams.sql")),
-    (
+const MIGRATIONS: &[Migration] = &[
+    Migration(1, "catalog", include_str!("../../sql/001_catalog.sql")),
+    Migration(2, "jobs", include_str!("../../sql/002_jobs.sql")),
+    Migration(3, "streams", include_str!("../../sql/003_streams.sql")),
+    Migration(
         4,
         "namespaces",
         include_str!("../../sql/004_namespaces.sql"),
     ),
-    (
+    Migration(
         5,
         "workflows_cron",
         include_str!("../../sql/005_workflows_cron.sql"),
     ),
+    Migration(6, "events", include_str!("../../sql/006_events.sql")),
 ];
+
+/// One migration: version, name, SQL.
+struct Migration(i32, &'static str, &'static str);
 
 /// The queue schema template and its version; bump the version whenever the template changes.
 const QUEUE_TEMPLATE_VERSION: i32 = 1;
@@ -50,7 +54,7 @@ pub async fn run(pool: &PgPool) -> Result<(), CoreError> {
         .fetch_all(&mut *tx)
         .await
         .map_err(map_db_error)?;
-    for (version, name, sql) in MIGRATIONS {
+    for Migration(version, name, sql) in MIGRATIONS {
         if applied.contains(version) {
             continue;
         }

@@ -651,3 +651,25 @@ impl Store {
             .map_err(map_db_error)
     }
 }
+
+impl Store {
+    /// `s3p.events_page`.
+    pub async fn events(
+        &self,
+        after: i64,
+        types: Option<Vec<String>>,
+        queues: Option<Vec<String>>,
+        job_types: Option<Vec<String>>,
+        limit: i32,
+    ) -> Result<Vec<crate::core::events::Event>, CoreError> {
+        sqlx::query_as("SELECT * FROM s3p.events_page($1, $2, $3, $4, $5)")
+            .bind(after)
+            .bind(types)
+            .bind(queues)
+            .bind(job_types)
+            .bind(limit)
+            .fetch_all(&self.pool)
+            .await
+            .map_err(map_db_error)
+    }
+}
