@@ -17,6 +17,10 @@ lint:
     cargo fmt --all -- --check
     cargo clippy --all-targets -- -D warnings
 
+# The jobs/outboxes/streams guide's recipes, run and checked against a private pgvs3 (guides/).
+guides:
+    bash guides/run.sh
+
 # What CI runs.
 ci:
     bash .ci/run
