@@ -7,6 +7,7 @@ use serde_json::{Map, Number, Value, json};
 use super::proto::ojs::v1 as pb;
 use crate::core::job::{Failure, JobOptions, RetryPolicy};
 use crate::core::time::{format_duration_ms, format_time};
+use crate::core::workflow::{CronEntry, NewStep, NewWorkflow, Workflow};
 use crate::core::{CoreError, EnqueueJob, Job, JobState, WorkerDirective};
 
 /// JSON → protobuf Value.
@@ -182,6 +183,12 @@ pub fn job(job: &Job, with_lease: bool) -> pb::Job {
         retry_delay_ms: job.retry_delay_ms.unwrap_or(0),
         timeout_ms: job.timeout_ms.unwrap_or(0),
         result_value: job.result.as_ref().map(to_value),
+        parent_results: job
+            .parent_results
+            .as_ref()
+            .and_then(Value::as_array)
+            .map(|a| a.iter().map(to_value).collect())
+            .unwrap_or_default(),
     }
 }
 
@@ -221,6 +228,53 @@ fn retry_json(policy: &pb::RetryPolicy, max_attempts: i32) -> Value {
     }
     if !policy.on_exhaustion.is_empty() {
         map.insert("on_exhaustion".into(), policy.on_exhaustion.clone().into());
+    }
+    Value::Object(map)
+}
+
+/// A unique policy in the JSON spelling the core validates.
+fn unique_json(policy: &pb::UniquePolicy) -> Value {
+    let mut map = Map::new();
+    if !policy.key.is_empty() {
+        map.insert("keys".into(), json!(policy.key));
+    }
+    if !policy.args_keys.is_empty() {
+        map.insert("args_keys".into(), json!(policy.args_keys));
+    }
+    if !policy.meta_keys.is_empty() {
+        map.insert("meta_keys".into(), json!(policy.meta_keys));
+    }
+    if let Some(period) = &policy.period {
+        map.insert("period_ms".into(), duration_ms(period).into());
+    }
+    let action = match pb::UniqueConflictAction::try_from(policy.on_conflict) {
+        Ok(pb::UniqueConflictAction::Ignore) => Some("ignore"),
+        Ok(pb::UniqueConflictAction::Replace) => Some("replace"),
+        Ok(pb::UniqueConflictAction::ReplaceExceptSchedule) => Some("replace_except_schedule"),
+        Ok(pb::UniqueConflictAction::Reject) => Some("reject"),
+        _ => None,
+    };
+    if let Some(action) = action {
+        map.insert("on_conflict".into(), action.into());
+    }
+    let states: Vec<&str> = policy
+        .states
+        .iter()
+        .filter_map(|s| pb::JobState::try_from(*s).ok())
+        .filter(|s| *s != pb::JobState::Unspecified)
+        .map(|s| match s {
+            pb::JobState::Scheduled => "scheduled",
+            pb::JobState::Available => "available",
+            pb::JobState::Pending => "pending",
+            pb::JobState::Active => "active",
+            pb::JobState::Completed => "completed",
+            pb::JobState::Retryable => "retryable",
+            pb::JobState::Cancelled => "cancelled",
+            _ => "discarded",
+        })
+        .collect();
+    if !states.is_empty() {
+        map.insert("states".into(), json!(states));
     }
     Value::Object(map)
 }
@@ -269,7 +323,7 @@ pub fn enqueue(request: pb::EnqueueRequest) -> Result<EnqueueJob, CoreError> {
                 .ttl
                 .map(|d| format!("+{}", format_duration_ms(duration_ms(&d)))),
             retry,
-            unique: None,
+            unique: o.unique.as_ref().map(unique_json),
             tags: (!o.tags.is_empty()).then_some(o.tags),
             pending: o.pending,
             metadata: None,
@@ -315,5 +369,106 @@ pub fn directive(directive: WorkerDirective) -> pb::WorkerState {
         WorkerDirective::Running => pb::WorkerState::Running,
         WorkerDirective::Quiet => pb::WorkerState::Quiet,
         WorkerDirective::Terminate => pb::WorkerState::Terminate,
+    }
+}
+
+/// A DAG workflow request in core terms (the proto's `depends_on` form).
+pub fn new_workflow(request: pb::CreateWorkflowRequest) -> Result<NewWorkflow, CoreError> {
+    let steps = request
+        .steps
+        .into_iter()
+        .map(|step| {
+            Ok(NewStep {
+                key: (!step.id.is_empty()).then_some(step.id),
+                depends_on: step.depends_on,
+                job: enqueue(pb::EnqueueRequest {
+                    r#type: step.r#type,
+                    args: step.args,
+                    options: step.options,
+                    ..Default::default()
+                })?,
+            })
+        })
+        .collect::<Result<Vec<_>, CoreError>>()?;
+    Ok(NewWorkflow {
+        kind: "dag".to_string(),
+        name: if request.name.is_empty() {
+            "workflow".to_string()
+        } else {
+            request.name
+        },
+        steps,
+        callbacks: Vec::new(),
+    })
+}
+
+/// A workflow as a protobuf message.
+pub fn workflow(w: &Workflow) -> pb::Workflow {
+    let state = match w.state.as_str() {
+        "running" => pb::WorkflowState::Running,
+        "completed" => pb::WorkflowState::Completed,
+        "failed" => pb::WorkflowState::Failed,
+        "cancelled" => pb::WorkflowState::Cancelled,
+        _ => pb::WorkflowState::Unspecified,
+    };
+    let step_state = |s: &str| match s {
+        "waiting" => pb::WorkflowStepState::Waiting,
+        "enqueued" => pb::WorkflowStepState::Pending,
+        "completed" => pb::WorkflowStepState::Completed,
+        "failed" => pb::WorkflowStepState::Failed,
+        "cancelled" => pb::WorkflowStepState::Cancelled,
+        _ => pb::WorkflowStepState::Unspecified,
+    };
+    pb::Workflow {
+        id: w.id.to_string(),
+        name: w.name.clone(),
+        state: state as i32,
+        steps: w
+            .steps
+            .iter()
+            .map(|s| pb::WorkflowStepStatus {
+                id: s.id.clone(),
+                r#type: s.job_type.clone(),
+                state: step_state(&s.state) as i32,
+                job_id: s.job_id.to_string(),
+                depends_on: s
+                    .depends_on
+                    .iter()
+                    .filter_map(|d| w.steps.get(*d as usize).map(|p| p.id.clone()))
+                    .collect(),
+            })
+            .collect(),
+        created_at: Some(timestamp(&w.created_at)),
+        completed_at: w.completed_at.as_ref().map(timestamp),
+    }
+}
+
+/// A cron registration as a protobuf message (type, args and queue of its template).
+pub fn cron_entry(c: &CronEntry) -> pb::CronEntry {
+    let template = &c.job_template;
+    pb::CronEntry {
+        name: c.name.clone(),
+        cron: c.expression.clone(),
+        timezone: c.timezone.clone(),
+        r#type: template
+            .get("type")
+            .and_then(Value::as_str)
+            .unwrap_or_default()
+            .to_string(),
+        args: template
+            .get("args")
+            .and_then(Value::as_array)
+            .map(|a| a.iter().map(to_value).collect())
+            .unwrap_or_default(),
+        options: Some(pb::EnqueueOptions {
+            queue: template
+                .pointer("/options/queue")
+                .and_then(Value::as_str)
+                .unwrap_or("default")
+                .to_string(),
+            ..Default::default()
+        }),
+        next_run_at: c.next_run_at.as_ref().map(timestamp),
+        last_run_at: c.last_run_at.as_ref().map(timestamp),
     }
 }
