@@ -151,6 +151,7 @@ async fn serve(args: ServeArgs) -> Result<(), String> {
         db_pool_size: args.database.db_pool_size,
         max_queues: args.max_queues,
         max_in_flight: args.max_in_flight,
+        queue_max_in_flight: args.queue_max_in_flight,
         max_body_bytes: args.max_body_bytes,
         shutdown_timeout: Duration::from_secs(args.shutdown_timeout_secs),
         maintenance_interval: Some(Duration::from_millis(args.maintenance_interval_ms.max(10))),

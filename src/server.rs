@@ -28,6 +28,8 @@ pub struct ServerSettings {
     pub max_queues: i64,
     /// Global in-flight limit.
     pub max_in_flight: usize,
+    /// Per-queue in-flight limit (0 = off).
+    pub queue_max_in_flight: usize,
     /// Body and message size limit.
     pub max_body_bytes: usize,
     /// Bound on graceful shutdown.
@@ -48,6 +50,7 @@ impl ServerSettings {
             db_pool_size: 16,
             max_queues: 0,
             max_in_flight: 1024,
+            queue_max_in_flight: 256,
             max_body_bytes: 1_048_576,
             shutdown_timeout: Duration::from_secs(10),
             maintenance_interval: Some(Duration::from_millis(500)),
@@ -115,6 +118,7 @@ pub async fn start(settings: ServerSettings) -> Result<RunningServer, StartError
     let stack = StackState::new(
         settings.service.read_only,
         settings.max_in_flight,
+        settings.queue_max_in_flight,
         settings.max_body_bytes,
     );
     let grpc = crate::grpc::router(service.clone(), settings.max_body_bytes);

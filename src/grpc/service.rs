@@ -10,6 +10,7 @@ use super::convert;
 use super::proto::ojs::v1 as pb;
 use super::proto::ojs::v1::ojs_service_server::OjsService;
 use super::status_of;
+use crate::core::workflow::NewCron;
 use crate::core::{AckJob, CoreError, FetchJobs, Heartbeat, NackJob, Service};
 use crate::middleware::{AdmissionSlot, RequestId};
 
@@ -492,43 +493,112 @@ impl OjsService for GrpcAdapter {
 
     async fn register_cron(
         &self,
-        _: Request<pb::RegisterCronRequest>,
+        request: Request<pb::RegisterCronRequest>,
     ) -> Result<Response<pb::RegisterCronResponse>, Status> {
-        Err(not_yet("RegisterCron"))
+        let id = request_id(&request);
+        let r = request.into_inner();
+        let result = match convert::enqueue(pb::EnqueueRequest {
+            r#type: r.r#type,
+            args: r.args,
+            options: r.options,
+            ..Default::default()
+        }) {
+            Ok(template) => {
+                self.service
+                    .register_cron(NewCron {
+                        name: r.name,
+                        expression: r.cron,
+                        timezone: (!r.timezone.is_empty()).then_some(r.timezone),
+                        overlap_policy: None,
+                        template,
+                    })
+                    .await
+            }
+            Err(e) => Err(e),
+        };
+        answer(
+            &id,
+            result.map(|c| pb::RegisterCronResponse {
+                name: c.name,
+                next_run_at: c.next_run_at.as_ref().map(convert::created_at),
+            }),
+        )
     }
 
     async fn unregister_cron(
         &self,
-        _: Request<pb::UnregisterCronRequest>,
+        request: Request<pb::UnregisterCronRequest>,
     ) -> Result<Response<pb::UnregisterCronResponse>, Status> {
-        Err(not_yet("UnregisterCron"))
+        let id = request_id(&request);
+        let result = self
+            .service
+            .unregister_cron(&request.into_inner().name)
+            .await;
+        answer(&id, result.map(|_| pb::UnregisterCronResponse {}))
     }
 
     async fn list_cron(
         &self,
-        _: Request<pb::ListCronRequest>,
+        request: Request<pb::ListCronRequest>,
     ) -> Result<Response<pb::ListCronResponse>, Status> {
-        Err(not_yet("ListCron"))
+        let id = request_id(&request);
+        let result = self.service.list_crons().await;
+        answer(
+            &id,
+            result.map(|entries| pb::ListCronResponse {
+                entries: entries.iter().map(convert::cron_entry).collect(),
+            }),
+        )
     }
 
     async fn create_workflow(
         &self,
-        _: Request<pb::CreateWorkflowRequest>,
+        request: Request<pb::CreateWorkflowRequest>,
     ) -> Result<Response<pb::CreateWorkflowResponse>, Status> {
-        Err(not_yet("CreateWorkflow"))
+        let id = request_id(&request);
+        let result = match convert::new_workflow(request.into_inner()) {
+            Ok(workflow) => self.service.create_workflow(workflow).await,
+            Err(e) => Err(e),
+        };
+        answer(
+            &id,
+            result.map(|w| pb::CreateWorkflowResponse {
+                workflow: Some(convert::workflow(&w)),
+            }),
+        )
     }
 
     async fn get_workflow(
         &self,
-        _: Request<pb::GetWorkflowRequest>,
+        request: Request<pb::GetWorkflowRequest>,
     ) -> Result<Response<pb::GetWorkflowResponse>, Status> {
-        Err(not_yet("GetWorkflow"))
+        let id = request_id(&request);
+        let result = self
+            .service
+            .get_workflow(&request.into_inner().workflow_id)
+            .await;
+        answer(
+            &id,
+            result.map(|w| pb::GetWorkflowResponse {
+                workflow: Some(convert::workflow(&w)),
+            }),
+        )
     }
 
     async fn cancel_workflow(
         &self,
-        _: Request<pb::CancelWorkflowRequest>,
+        request: Request<pb::CancelWorkflowRequest>,
     ) -> Result<Response<pb::CancelWorkflowResponse>, Status> {
-        Err(not_yet("CancelWorkflow"))
+        let id = request_id(&request);
+        let result = self
+            .service
+            .cancel_workflow(&request.into_inner().workflow_id)
+            .await;
+        answer(
+            &id,
+            result.map(|w| pb::CancelWorkflowResponse {
+                workflow: Some(convert::workflow(&w)),
+            }),
+        )
     }
 }

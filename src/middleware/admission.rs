@@ -12,18 +12,27 @@ use axum::response::Response;
 use bytes::Bytes;
 use tokio::sync::OwnedSemaphorePermit;
 
+use super::queue_admission::QueuePermits;
 use super::{Operation, Protocol, RequestId, StackState, reject};
 use crate::core::{CoreError, ErrorKind};
 
-/// The admission slot of one request; an operation that goes idle (a long poll) gives it back.
+/// The admission slot of one request (its global permit and its per-queue permits); an operation
+/// that goes idle (a long poll) gives it back.
 #[derive(Clone, Default, Debug)]
-pub struct AdmissionSlot(Arc<Mutex<Option<OwnedSemaphorePermit>>>);
+pub struct AdmissionSlot(Arc<Mutex<(Option<OwnedSemaphorePermit>, Option<QueuePermits>)>>);
 
 impl AdmissionSlot {
     /// Gives the slot back before the request ends.
     pub fn release(&self) {
-        if let Ok(mut permit) = self.0.lock() {
-            permit.take();
+        let held = self.0.lock().map(|mut held| std::mem::take(&mut *held));
+        // Dropped outside the slot's lock: the queue permits take the queue map's lock.
+        drop(held);
+    }
+
+    /// Adds the request's per-queue permits, held and released with the global one.
+    pub(super) fn hold_queues(&self, permits: QueuePermits) {
+        if let Ok(mut held) = self.0.lock() {
+            held.1 = Some(permits);
         }
     }
 }
@@ -31,7 +40,7 @@ impl AdmissionSlot {
 /// A response body that holds the admission slot until it has been sent.
 struct PermitBody {
     inner: Body,
-    _slot: AdmissionSlot,
+    slot: AdmissionSlot,
 }
 
 impl http_body::Body for PermitBody {
@@ -42,7 +51,13 @@ impl http_body::Body for PermitBody {
         mut self: Pin<&mut Self>,
         cx: &mut Context<'_>,
     ) -> Poll<Option<Result<http_body::Frame<Bytes>, axum::Error>>> {
-        Pin::new(&mut self.inner).poll_frame(cx)
+        let frame = Pin::new(&mut self.inner).poll_frame(cx);
+        // Released with the last frame, before it is written: a client that has read the whole
+        // response never finds that request still counted against its next one.
+        if matches!(frame, Poll::Ready(None)) || (frame.is_ready() && self.inner.is_end_stream()) {
+            self.slot.release();
+        }
+        frame
     }
 
     fn is_end_stream(&self) -> bool {
@@ -79,15 +94,9 @@ pub async fn admit(
             &id,
         );
     };
-    let slot = AdmissionSlot(Arc::new(Mutex::new(Some(permit))));
+    let slot = AdmissionSlot(Arc::new(Mutex::new((Some(permit), None))));
     request.extensions_mut().insert(slot.clone());
     let response = next.run(request).await;
     let (parts, body) = response.into_parts();
-    Response::from_parts(
-        parts,
-        Body::new(PermitBody {
-            inner: body,
-            _slot: slot,
-        }),
-    )
+    Response::from_parts(parts, Body::new(PermitBody { inner: body, slot }))
 }

@@ -1,11 +1,12 @@
 //! The one tower middleware stack in front of both protocols: request ids, OJS headers, body
-//! limit, read-only gate, admission control and tracing. Each rejection answers in the protocol's
-//! own terms (HTTP status + OJS envelope, or gRPC status + ErrorInfo).
+//! limit, read-only gate, admission control (global and per queue) and tracing. Each rejection
+//! answers in the protocol's own terms (HTTP status + OJS envelope, or gRPC status + ErrorInfo).
 
 mod admission;
 mod body_limit;
 mod headers;
 mod operation;
+mod queue_admission;
 mod read_only;
 mod request_id;
 
@@ -19,6 +20,7 @@ use crate::core::CoreError;
 pub use admission::AdmissionSlot;
 pub use body_limit::BodyLimit;
 pub use operation::{Operation, Protocol, classify};
+pub use queue_admission::QueueLimits;
 pub use request_id::RequestId;
 
 /// Shared state of the stack: one semaphore and one flag for every route and both protocols.
@@ -27,16 +29,25 @@ pub struct StackState {
     pub read_only: AtomicBool,
     /// Global in-flight limit.
     pub admission: Arc<Semaphore>,
+    /// Per-queue in-flight limits.
+    pub queue_limits: Arc<QueueLimits>,
     /// Largest request body accepted, bytes.
     pub max_body_bytes: usize,
 }
 
 impl StackState {
-    /// A stack allowing `max_in_flight` requests at once and bodies up to `max_body_bytes`.
-    pub fn new(read_only: bool, max_in_flight: usize, max_body_bytes: usize) -> Arc<Self> {
+    /// A stack allowing `max_in_flight` requests at once (`queue_max_in_flight` per queue, 0 = no
+    /// per-queue limit) and bodies up to `max_body_bytes`.
+    pub fn new(
+        read_only: bool,
+        max_in_flight: usize,
+        queue_max_in_flight: usize,
+        max_body_bytes: usize,
+    ) -> Arc<Self> {
         Arc::new(StackState {
             read_only: AtomicBool::new(read_only),
             admission: Arc::new(Semaphore::new(max_in_flight)),
+            queue_limits: QueueLimits::new(queue_max_in_flight),
             max_body_bytes,
         })
     }
@@ -50,8 +61,10 @@ impl StackState {
 /// Wraps `router` (HTTP and gRPC routes alike) in the shared stack.
 pub fn apply(router: axum::Router, state: Arc<StackState>) -> axum::Router {
     use axum::middleware::from_fn_with_state;
-    // The last layer added runs first.
+    // The last layer added runs first. Per-queue admission runs inside the global one, so bodies
+    // it buffers to find their queue are bounded by the global limit too.
     router
+        .layer(from_fn_with_state(state.clone(), queue_admission::admit))
         .layer(from_fn_with_state(state.clone(), admission::admit))
         .layer(from_fn_with_state(state.clone(), read_only::gate))
         .layer(from_fn_with_state(state.clone(), body_limit::limit))

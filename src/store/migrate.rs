@@ -21,6 +21,7 @@ const MIGRATIONS: &[Migration] = &[
         include_str!("../../sql/005_workflows_cron.sql"),
     ),
     Migration(6, "events", include_str!("../../sql/006_events.sql")),
+    Migration(7, "metrics", include_str!("../../sql/007_metrics.sql")),
 ];
 
 /// One migration: version, name, SQL.

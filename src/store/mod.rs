@@ -673,3 +673,18 @@ impl Store {
             .map_err(map_db_error)
     }
 }
+
+impl Store {
+    /// `s3p.metrics_snapshot`: per-queue job and stream figures.
+    pub async fn metrics_snapshot(&self) -> Result<Value, CoreError> {
+        sqlx::query_scalar("SELECT s3p.metrics_snapshot()")
+            .fetch_one(&self.pool)
+            .await
+            .map_err(map_db_error)
+    }
+
+    /// Connections open and idle in the pool.
+    pub fn pool_usage(&self) -> (u32, usize) {
+        (self.pool.size(), self.pool.num_idle())
+    }
+}

@@ -41,6 +41,18 @@ pub struct Wakeups {
 impl Signals {
     /// Listens on both channels with a connection of its own.
     pub async fn start(pool: &PgPool) -> Result<Signals, CoreError> {
+        // A hot standby refuses LISTEN; a read-only gateway never long-polls (polls are mutations).
+        let standby: bool = sqlx::query_scalar("SELECT pg_is_in_recovery()")
+            .fetch_one(pool)
+            .await
+            .map_err(map_db_error)?;
+        if standby {
+            let (sender, _) = broadcast::channel(1);
+            return Ok(Signals {
+                sender,
+                task: Arc::new(tokio::spawn(async {})),
+            });
+        }
         let mut listener = PgListener::connect_with(pool).await.map_err(map_db_error)?;
         listener
             .listen_all([JOBS_CHANNEL, STREAMS_CHANNEL])

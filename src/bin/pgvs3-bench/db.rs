@@ -1,0 +1,295 @@
+//! The database side of the bench: the PostgreSQL to use, fresh databases, the server on one, and
+//! the table statistics churn is read from.
+
+use std::path::Path;
+use std::time::{Duration, Instant};
+
+use pgvs3::cluster::{ClusterOptions, PrivateCluster};
+use pgvs3::server::{self, RunningServer, ServerSettings};
+use sqlx::{AssertSqlSafe, Connection, PgConnection, Row};
+
+use crate::{Args, BenchError, Result, SyncCommit};
+
+/// The PostgreSQL server every scenario runs on.
+pub struct Postgres {
+    admin_url: String,
+    sync_commit: SyncCommit,
+    /// Kept to stop the private cluster at the end (dropping it stops it).
+    cluster: Option<PrivateCluster>,
+}
+
+/// One fresh database.
+pub struct Database {
+    /// Its name.
+    pub name: String,
+    /// Its URL.
+    pub url: String,
+}
+
+/// Facts about the database server, for the report.
+pub struct ServerFacts {
+    pub version: String,
+    pub fsync: String,
+    pub synchronous_commit: String,
+    pub wal_sync_method: String,
+    pub shared_buffers: String,
+    pub private: bool,
+}
+
+/// One table's counters from `pg_stat_user_tables`.
+#[derive(Debug, Clone)]
+pub struct TableStats {
+    pub table: String,
+    pub dead: i64,
+    pub updated_or_deleted: i64,
+    pub hot_updated: i64,
+    pub inserted: i64,
+}
+
+/// The sum over tables, with the tables that left dead tuples named.
+pub struct Churn {
+    pub dead: i64,
+    pub updated_or_deleted: i64,
+    pub detail: String,
+}
+
+impl Postgres {
+    /// Uses `database_url` when given, else starts (initialising on first use) a private cluster
+    /// with durable commits in `data_dir`.
+    pub fn start(
+        database_url: Option<&str>,
+        data_dir: &Path,
+        sync_commit: SyncCommit,
+    ) -> Result<Postgres> {
+        if let Some(url) = database_url.filter(|u| !u.is_empty()) {
+            return Ok(Postgres {
+                admin_url: url.to_string(),
+                sync_commit,
+                cluster: None,
+            });
+        }
+        let cluster = PrivateCluster::start(&ClusterOptions {
+            data_dir: data_dir.to_path_buf(),
+            fsync: true,
+        })?;
+        Ok(Postgres {
+            admin_url: cluster.database_url("postgres"),
+            sync_commit,
+            cluster: Some(cluster),
+        })
+    }
+
+    /// Stops the private cluster, if this process started one.
+    pub fn stop(&mut self) {
+        if let Some(mut cluster) = self.cluster.take()
+            && let Err(error) = cluster.stop()
+        {
+            eprintln!("bench: stopping the private cluster failed: {error}");
+        }
+    }
+
+    /// Creates an empty database with this run's `synchronous_commit`.
+    pub async fn fresh(&self, label: &str) -> Result<Database> {
+        let name = format!(
+            "pgvs3_bench_{label}_{}",
+            &uuid::Uuid::new_v4().simple().to_string()[..8]
+        );
+        let mut conn = PgConnection::connect(&self.admin_url).await?;
+        sqlx::raw_sql(AssertSqlSafe(format!("CREATE DATABASE {name}")))
+            .execute(&mut conn)
+            .await?;
+        sqlx::raw_sql(AssertSqlSafe(format!(
+            "ALTER DATABASE {name} SET synchronous_commit = {}",
+            self.sync_commit.as_str()
+        )))
+        .execute(&mut conn)
+        .await?;
+        conn.close().await?;
+        Ok(Database {
+            url: with_database(&self.admin_url, &name),
+            name,
+        })
+    }
+
+    /// Drops a bench database (best effort: a failure is reported, not fatal).
+    pub async fn drop_database(&self, database: Database) {
+        let result = async {
+            let mut conn = PgConnection::connect(&self.admin_url).await?;
+            sqlx::raw_sql(AssertSqlSafe(format!(
+                "DROP DATABASE IF EXISTS {} WITH (FORCE)",
+                database.name
+            )))
+            .execute(&mut conn)
+            .await?;
+            conn.close().await?;
+            Ok::<(), BenchError>(())
+        }
+        .await;
+        if let Err(error) = result {
+            eprintln!("bench: dropping {} failed: {error}", database.name);
+        }
+    }
+
+    /// Version and durability settings as a fresh database sees them.
+    pub async fn facts(&self) -> Result<ServerFacts> {
+        let database = self.fresh("facts").await?;
+        let mut conn = PgConnection::connect(&database.url).await?;
+        let mut show = async |setting: &'static str| -> Result<String> {
+            let row = sqlx::query(AssertSqlSafe(format!("SHOW {setting}")))
+                .fetch_one(&mut conn)
+                .await?;
+            Ok(row.try_get::<String, _>(0)?)
+        };
+        let facts = ServerFacts {
+            version: show("server_version").await?,
+            fsync: show("fsync").await?,
+            synchronous_commit: show("synchronous_commit").await?,
+            wal_sync_method: show("wal_sync_method").await?,
+            shared_buffers: show("shared_buffers").await?,
+            private: self.cluster.is_some(),
+        };
+        conn.close().await?;
+        self.drop_database(database).await;
+        Ok(facts)
+    }
+}
+
+/// `url` with its database name replaced.
+fn with_database(url: &str, database: &str) -> String {
+    let (base, query) = match url.split_once('?') {
+        Some((b, q)) => (b, format!("?{q}")),
+        None => (url, String::new()),
+    };
+    let prefix = match base.rfind('/') {
+        Some(i) if i > base.find("//").map_or(0, |j| j + 1) => &base[..i],
+        _ => base,
+    };
+    format!("{prefix}/{database}{query}")
+}
+
+/// Starts pgvs3 in-process on an ephemeral port over `url`, with a maintenance loop.
+pub async fn start_server(url: &str, args: &Args) -> Result<RunningServer> {
+    let mut settings = ServerSettings::for_database(url);
+    settings.db_pool_size = args.db_pool_size;
+    settings.maintenance_interval = Some(Duration::from_millis(args.maintenance_interval_ms));
+    Ok(server::start(settings).await?)
+}
+
+/// The schema of a queue (`s3q_<name>`), from the catalog.
+pub async fn queue_schema(url: &str, queue: &str) -> Result<String> {
+    let mut conn = PgConnection::connect(url).await?;
+    let schema: Option<String> = sqlx::query_scalar("SELECT s3p.queue_schema($1)")
+        .bind(queue)
+        .fetch_one(&mut conn)
+        .await?;
+    conn.close().await?;
+    schema.ok_or_else(|| BenchError::from(format!("queue {queue} has no schema")))
+}
+
+/// Turns autovacuum off on every table of the database, so `n_dead_tup` after a workload counts
+/// what the workload left (only page pruning can lower it).
+pub async fn hold_autovacuum(url: &str) -> Result<()> {
+    let mut conn = PgConnection::connect(url).await?;
+    let tables: Vec<String> = sqlx::query_scalar(
+        "SELECT format('%I.%I', n.nspname, c.relname) FROM pg_class c
+           JOIN pg_namespace n ON n.oid = c.relnamespace
+          WHERE c.relkind = 'r' AND n.nspname NOT IN ('pg_catalog', 'information_schema')
+            AND n.nspname NOT LIKE 'pg_toast%'",
+    )
+    .fetch_all(&mut conn)
+    .await?;
+    for table in tables {
+        sqlx::raw_sql(AssertSqlSafe(format!(
+            "ALTER TABLE {table} SET (autovacuum_enabled = false)"
+        )))
+        .execute(&mut conn)
+        .await?;
+    }
+    conn.close().await?;
+    Ok(())
+}
+
+/// Waits until no other session is connected to the database (so every backend that did work has
+/// exited and flushed its statistics), then reads `pg_stat_user_tables`.
+pub async fn settled_stats(database: &Database) -> Result<Vec<TableStats>> {
+    let mut conn = PgConnection::connect(&database.url).await?;
+    let deadline = Instant::now() + Duration::from_secs(10);
+    loop {
+        let others: i64 = sqlx::query_scalar(
+            "SELECT count(*) FROM pg_stat_activity WHERE datname = current_database() AND pid <> pg_backend_pid()",
+        )
+        .fetch_one(&mut conn)
+        .await?;
+        if others == 0 {
+            break;
+        }
+        if Instant::now() >= deadline {
+            eprintln!(
+                "bench: {others} sessions still connected to {}; their statistics may be unflushed",
+                database.name
+            );
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    sqlx::query("SELECT pg_stat_force_next_flush()")
+        .execute(&mut conn)
+        .await?;
+    tokio::time::sleep(Duration::from_millis(100)).await;
+    let rows = sqlx::query(
+        "SELECT format('%s.%s', schemaname, relname) AS t, n_dead_tup, n_tup_upd + n_tup_del AS ud,
+                n_tup_hot_upd, n_tup_ins
+           FROM pg_stat_user_tables ORDER BY 1",
+    )
+    .fetch_all(&mut conn)
+    .await?;
+    conn.close().await?;
+    rows.iter()
+        .map(|r| {
+            Ok(TableStats {
+                table: r.try_get("t")?,
+                dead: r.try_get("n_dead_tup")?,
+                updated_or_deleted: r.try_get("ud")?,
+                hot_updated: r.try_get("n_tup_hot_upd")?,
+                inserted: r.try_get("n_tup_ins")?,
+            })
+        })
+        .collect()
+}
+
+/// Sums the counters and names the tables holding dead tuples (most first).
+pub fn churn(stats: &[TableStats], per: f64) -> Churn {
+    let mut holders: Vec<&TableStats> = stats.iter().filter(|s| s.dead > 0).collect();
+    holders.sort_by_key(|s| std::cmp::Reverse(s.dead));
+    let detail = holders
+        .iter()
+        .take(4)
+        .map(|s| {
+            format!(
+                "{} {:.2}{}",
+                s.table.rsplit('.').next().unwrap_or(&s.table),
+                s.dead as f64 / per,
+                if s.hot_updated > 0 {
+                    format!(" ({} HOT)", s.hot_updated)
+                } else {
+                    String::new()
+                }
+            )
+        })
+        .collect::<Vec<_>>()
+        .join(", ");
+    let inserted: i64 = stats.iter().map(|s| s.inserted).sum();
+    Churn {
+        dead: stats.iter().map(|s| s.dead).sum(),
+        updated_or_deleted: stats.iter().map(|s| s.updated_or_deleted).sum(),
+        detail: format!(
+            "{}; {:.2} rows inserted per unit",
+            if detail.is_empty() {
+                "none".to_string()
+            } else {
+                detail
+            },
+            inserted as f64 / per
+        ),
+    }
+}

@@ -1,0 +1,731 @@
+//! `pgvs3-bench`: measures pgvs3 against a plain-SQL floor on the same PostgreSQL in the same run
+//! and prints a table plus one JSON line per figure. It is a report, never an assertion: targets
+//! print as PASS/MISS next to each figure and the exit status only says whether the run completed.
+//!
+//! Every scenario gets a fresh database; pgvs3 runs in-process on an ephemeral port with its
+//! maintenance loop. Progress goes to stderr, the table and the JSON lines to stdout.
+
+mod clients;
+mod db;
+mod floor;
+mod report;
+
+use std::path::PathBuf;
+use std::process::ExitCode;
+use std::time::{Duration, Instant};
+
+use clap::{Parser, ValueEnum};
+use sqlx::{AssertSqlSafe, Connection, PgConnection};
+use tokio::task::JoinSet;
+
+use clients::{Http, Jobs, Streams};
+use db::{Database, Postgres};
+use report::{Figure, Report, Target};
+
+/// Any error, with its message.
+pub type BenchError = Box<dyn std::error::Error + Send + Sync>;
+/// Result with [`BenchError`].
+pub type Result<T> = std::result::Result<T, BenchError>;
+
+/// A client protocol.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Protocol {
+    Http,
+    Grpc,
+}
+
+impl Protocol {
+    fn name(self) -> &'static str {
+        match self {
+            Protocol::Http => "http",
+            Protocol::Grpc => "grpc",
+        }
+    }
+}
+
+/// Which protocols to measure.
+#[derive(Debug, Clone, Copy, ValueEnum)]
+enum Protocols {
+    Http,
+    Grpc,
+    Both,
+}
+
+/// What to measure.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
+enum Scenario {
+    /// Batched enqueue, work-off, churn and single enqueues, per protocol.
+    Jobs,
+    /// Append, fan-out receive + ack, churn and end-to-end latency, per protocol.
+    Streams,
+    /// The plain-SQL floor of the jobs figures.
+    Floor,
+    /// Job pickup latency (idle long-poll fetch, one enqueue), per protocol.
+    Latency,
+    /// All of the above.
+    All,
+}
+
+/// `synchronous_commit` for the bench databases.
+#[derive(Debug, Clone, Copy, ValueEnum)]
+pub enum SyncCommit {
+    On,
+    Off,
+}
+
+impl SyncCommit {
+    fn as_str(self) -> &'static str {
+        match self {
+            SyncCommit::On => "on",
+            SyncCommit::Off => "off",
+        }
+    }
+}
+
+/// Measures pgvs3 (jobs and streams, over HTTP and gRPC) against a plain-SQL floor.
+#[derive(Debug, Parser)]
+#[command(name = "pgvs3-bench", version)]
+pub struct Args {
+    /// Jobs enqueued in batches and worked off.
+    #[arg(long, default_value_t = 20_000)]
+    jobs: usize,
+    /// Concurrent workers (and floor connections) for the work-off.
+    #[arg(long, default_value_t = 4)]
+    workers: usize,
+    /// Jobs per batch enqueue (and per multi-row INSERT of the floor).
+    #[arg(long, default_value_t = 1_000)]
+    batch: usize,
+    /// Jobs claimed per fetch (and per floor claim statement).
+    #[arg(long, default_value_t = 10)]
+    fetch: usize,
+    /// Jobs enqueued one at a time, sequentially and again with --in-flight concurrent clients.
+    #[arg(long, default_value_t = 2_000)]
+    singles: usize,
+    /// Concurrent single enqueues.
+    #[arg(long, default_value_t = 16)]
+    in_flight: usize,
+    /// Samples per latency figure.
+    #[arg(long, default_value_t = 50)]
+    samples: usize,
+    /// Stream messages appended and received by every consumer.
+    #[arg(long, default_value_t = 100_000)]
+    messages: usize,
+    /// Messages per append.
+    #[arg(long, default_value_t = 1_000)]
+    append_batch: usize,
+    /// Fan-out consumers.
+    #[arg(long, default_value_t = 2)]
+    consumers: usize,
+    /// `max` of each receive.
+    #[arg(long, default_value_t = 1_000)]
+    receive_max: usize,
+    /// Protocols to measure.
+    #[arg(long, value_enum, default_value = "both")]
+    protocol: Protocols,
+    /// `synchronous_commit` of the bench databases (on = durable commits).
+    #[arg(long, value_enum, default_value = "on")]
+    synchronous_commit: SyncCommit,
+    /// Scenarios to run (comma-separated).
+    #[arg(long, value_enum, value_delimiter = ',', default_value = "all")]
+    scenario: Vec<Scenario>,
+    /// PostgreSQL to create the bench databases in (needs CREATEDB); none = a private cluster.
+    #[arg(long, env = "DATABASE_URL")]
+    database_url: Option<String>,
+    /// Where the private cluster lives (initialised on first use, reused afterwards).
+    #[arg(long, default_value = "target/pgvs3-bench")]
+    data_dir: PathBuf,
+    /// Database connections of the server under test.
+    #[arg(long, default_value_t = 32)]
+    db_pool_size: u32,
+    /// Time between the server's maintenance passes, ms.
+    #[arg(long, default_value_t = 500)]
+    maintenance_interval_ms: u64,
+}
+
+impl Args {
+    fn runs(&self, scenario: Scenario) -> bool {
+        self.scenario.contains(&Scenario::All) || self.scenario.contains(&scenario)
+    }
+
+    fn protocols(&self) -> Vec<Protocol> {
+        match self.protocol {
+            Protocols::Http => vec![Protocol::Http],
+            Protocols::Grpc => vec![Protocol::Grpc],
+            Protocols::Both => vec![Protocol::Http, Protocol::Grpc],
+        }
+    }
+}
+
+fn main() -> ExitCode {
+    let args = Args::parse();
+    let filter = tracing_subscriber::EnvFilter::try_from_default_env()
+        .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("warn"));
+    tracing_subscriber::fmt()
+        .with_env_filter(filter)
+        .with_writer(std::io::stderr)
+        .init();
+    if let Err(error) = validate(&args) {
+        eprintln!("pgvs3-bench: {error}");
+        return ExitCode::from(2);
+    }
+    let runtime = match tokio::runtime::Builder::new_multi_thread()
+        .enable_all()
+        .build()
+    {
+        Ok(runtime) => runtime,
+        Err(error) => {
+            eprintln!("pgvs3-bench: cannot start the runtime: {error}");
+            return ExitCode::FAILURE;
+        }
+    };
+    let mut pg = match Postgres::start(
+        args.database_url.as_deref(),
+        &args.data_dir,
+        args.synchronous_commit,
+    ) {
+        Ok(pg) => pg,
+        Err(error) => {
+            eprintln!("pgvs3-bench: no PostgreSQL: {error}");
+            return ExitCode::FAILURE;
+        }
+    };
+    let outcome = runtime.block_on(run(&args, &pg));
+    drop(runtime);
+    pg.stop();
+    match outcome {
+        Ok(()) => ExitCode::SUCCESS,
+        Err(error) => {
+            eprintln!("pgvs3-bench: {error}");
+            ExitCode::FAILURE
+        }
+    }
+}
+
+fn validate(args: &Args) -> Result<()> {
+    let positive = [
+        ("--jobs", args.jobs),
+        ("--workers", args.workers),
+        ("--batch", args.batch),
+        ("--fetch", args.fetch),
+        ("--singles", args.singles),
+        ("--in-flight", args.in_flight),
+        ("--samples", args.samples),
+        ("--messages", args.messages),
+        ("--append-batch", args.append_batch),
+        ("--consumers", args.consumers),
+        ("--receive-max", args.receive_max),
+    ];
+    for (flag, value) in positive {
+        if value == 0 {
+            return Err(format!("{flag} must be at least 1").into());
+        }
+    }
+    if args.receive_max < args.append_batch {
+        return Err(format!(
+            "--receive-max ({}) must be at least --append-batch ({}): one append is one tick",
+            args.receive_max, args.append_batch
+        )
+        .into());
+    }
+    Ok(())
+}
+
+async fn run(args: &Args, pg: &Postgres) -> Result<()> {
+    let started = Instant::now();
+    let facts = pg.facts().await?;
+    let cores = std::thread::available_parallelism().map_or(0, |n| n.get());
+    let machine = format!(
+        "{cores} cores shared by PostgreSQL, pgvs3 and the load; PostgreSQL {} ({}); fsync={}, \
+         synchronous_commit={}, wal_sync_method={}, shared_buffers={}",
+        facts.version,
+        if facts.private {
+            "private cluster"
+        } else {
+            "DATABASE_URL"
+        },
+        facts.fsync,
+        facts.synchronous_commit,
+        facts.wal_sync_method,
+        facts.shared_buffers
+    );
+    eprintln!("bench: {machine}");
+
+    let mut report = Report::default();
+    if args.runs(Scenario::Floor) {
+        floor::run(pg, args, &mut report).await?;
+    }
+    for protocol in args.protocols() {
+        if args.runs(Scenario::Jobs) {
+            jobs_work(pg, args, protocol, &mut report).await?;
+            jobs_singles(pg, args, protocol, &mut report).await?;
+        }
+        if args.runs(Scenario::Latency) {
+            jobs_pickup(pg, args, protocol, &mut report).await?;
+        }
+        if args.runs(Scenario::Streams) {
+            streams_throughput(pg, args, protocol, &mut report).await?;
+            streams_latency(pg, args, protocol, &mut report).await?;
+        }
+    }
+    let took = started.elapsed();
+    println!("pgvs3-bench: {machine}");
+    println!(
+        "ratios are figure / floor (throughput: higher is better; latency and churn: lower is better); run took {:.1} s",
+        took.as_secs_f64()
+    );
+    println!();
+    print!("{}", report.table());
+    println!();
+    for line in report.json_lines() {
+        println!("{line}");
+    }
+    Ok(())
+}
+
+/// The `q` quantile of samples by nearest rank (p99 of 50 samples is the largest).
+pub fn percentile(samples: &[f64], q: f64) -> f64 {
+    if samples.is_empty() {
+        return f64::NAN;
+    }
+    let mut sorted = samples.to_vec();
+    sorted.sort_by(f64::total_cmp);
+    let rank = ((q * sorted.len() as f64).ceil() as usize).clamp(1, sorted.len());
+    sorted[rank - 1]
+}
+
+fn per_second(count: usize, elapsed: Duration) -> f64 {
+    count as f64 / elapsed.as_secs_f64()
+}
+
+/// A fresh database with pgvs3 serving it.
+struct Served {
+    database: Database,
+    server: pgvs3::server::RunningServer,
+    base: String,
+}
+
+async fn serve(pg: &Postgres, args: &Args, label: &str) -> Result<Served> {
+    let database = pg.fresh(label).await?;
+    let server = db::start_server(&database.url, args).await?;
+    let base = format!("http://{}", server.addr);
+    Ok(Served {
+        database,
+        server,
+        base,
+    })
+}
+
+impl Served {
+    /// Stops the server and returns its database (still present).
+    async fn stop(self) -> Database {
+        self.server.shutdown().await;
+        self.database
+    }
+}
+
+/// Batched enqueue and the work-off of the same jobs, then the dead tuples they left.
+async fn jobs_work(
+    pg: &Postgres,
+    args: &Args,
+    protocol: Protocol,
+    report: &mut Report,
+) -> Result<()> {
+    let p = protocol.name();
+    eprintln!("bench: {p} jobs: batched enqueue and work-off");
+    let served = serve(pg, args, &format!("{p}_jobs")).await?;
+    let queue = "bench";
+    Http::new(&served.base)?.create_queue(queue).await?;
+    db::hold_autovacuum(&served.database.url).await?;
+    let schema = db::queue_schema(&served.database.url, queue).await?;
+
+    let bodies = Jobs::batches(protocol, queue, args.jobs, args.batch);
+    let batches = bodies.len();
+    let mut client = Jobs::connect(protocol, &served.base).await?;
+    let started = Instant::now();
+    let mut stored = 0;
+    for body in bodies {
+        stored += client.enqueue_batch(body).await?;
+    }
+    let elapsed = started.elapsed();
+    if stored != args.jobs {
+        return Err(format!("{p} batch enqueue stored {stored} of {} jobs", args.jobs).into());
+    }
+    report.add(Figure {
+        name: format!("{p}.jobs.enqueue_batch"),
+        value: per_second(args.jobs, elapsed),
+        unit: "jobs/s",
+        floor: Some("floor.jobs.enqueue_batch".into()),
+        target: Some(Target::RatioAtLeast(0.5)),
+        note: format!("{batches} batches of {}, 1 client", args.batch),
+    });
+
+    let mut workers = JoinSet::new();
+    for w in 0..args.workers {
+        let mut client = Jobs::connect(protocol, &served.base).await?;
+        let fetch = args.fetch;
+        workers.spawn(async move {
+            let worker = format!("bench-worker-{w}");
+            let mut done = 0usize;
+            loop {
+                let claims = client.fetch(queue, fetch, 0, &worker).await?;
+                if claims.is_empty() {
+                    return Ok::<usize, BenchError>(done);
+                }
+                for claim in &claims {
+                    client.ack(claim, &worker).await?;
+                    done += 1;
+                }
+            }
+        });
+    }
+    let started = Instant::now();
+    let mut done = 0;
+    while let Some(result) = workers.join_next().await {
+        done += result??;
+    }
+    let elapsed = started.elapsed();
+    let completed = count_completed(&served.database.url, &schema).await?;
+    if done != args.jobs || completed != args.jobs {
+        return Err(format!(
+            "{p} work-off acked {done} and completed {completed} of {} jobs",
+            args.jobs
+        )
+        .into());
+    }
+    report.add(Figure {
+        name: format!("{p}.jobs.work"),
+        value: per_second(args.jobs, elapsed),
+        unit: "jobs/s",
+        floor: Some("floor.jobs.work".into()),
+        target: Some(Target::RatioAtLeast(match protocol {
+            Protocol::Http => 1.0,
+            Protocol::Grpc => 1.2,
+        })),
+        note: format!(
+            "{} workers, fetch {} then ack each",
+            args.workers, args.fetch
+        ),
+    });
+
+    let database = served.stop().await;
+    let stats = db::settled_stats(&database).await?;
+    let churn = db::churn(&stats, args.jobs as f64);
+    report.add(Figure {
+        name: format!("{p}.jobs.dead_tuples_per_job"),
+        value: churn.dead as f64 / args.jobs as f64,
+        unit: "tuples/job",
+        floor: Some("floor.jobs.dead_tuples_per_job".into()),
+        target: Some(Target::AtMost(2.0)),
+        note: format!(
+            "n_dead_tup after enqueue + work-off ({:.2} updates+deletes/job): {}",
+            churn.updated_or_deleted as f64 / args.jobs as f64,
+            churn.detail
+        ),
+    });
+    pg.drop_database(database).await;
+    Ok(())
+}
+
+async fn count_completed(url: &str, schema: &str) -> Result<usize> {
+    let mut conn = PgConnection::connect(url).await?;
+    let n: i64 = sqlx::query_scalar(AssertSqlSafe(format!(
+        "SELECT count(*) FROM {schema}.jobs WHERE state = 'completed'"
+    )))
+    .fetch_one(&mut conn)
+    .await?;
+    conn.close().await?;
+    Ok(usize::try_from(n)?)
+}
+
+/// Single enqueues, one client sequentially, then `in_flight` clients at once.
+async fn jobs_singles(
+    pg: &Postgres,
+    args: &Args,
+    protocol: Protocol,
+    report: &mut Report,
+) -> Result<()> {
+    let p = protocol.name();
+    eprintln!("bench: {p} jobs: single enqueues");
+    let served = serve(pg, args, &format!("{p}_singles")).await?;
+    let queue = "single";
+    Http::new(&served.base)?.create_queue(queue).await?;
+
+    let mut client = Jobs::connect(protocol, &served.base).await?;
+    let started = Instant::now();
+    for i in 0..args.singles {
+        client.enqueue(queue, i).await?;
+    }
+    let elapsed = started.elapsed();
+    report.add(Figure {
+        name: format!("{p}.jobs.enqueue_single_seq"),
+        value: per_second(args.singles, elapsed),
+        unit: "jobs/s",
+        floor: Some("floor.jobs.enqueue_single_seq".into()),
+        target: None,
+        note: format!("{} enqueues, 1 client", args.singles),
+    });
+
+    let per_client = args.singles.div_ceil(args.in_flight);
+    let mut clients = Vec::new();
+    for _ in 0..args.in_flight {
+        clients.push(Jobs::connect(protocol, &served.base).await?);
+    }
+    let mut tasks = JoinSet::new();
+    let started = Instant::now();
+    for (c, mut client) in clients.into_iter().enumerate() {
+        tasks.spawn(async move {
+            for i in c * per_client..(c + 1) * per_client {
+                client.enqueue(queue, i).await?;
+            }
+            Ok::<usize, BenchError>(per_client)
+        });
+    }
+    let mut total = 0;
+    while let Some(result) = tasks.join_next().await {
+        total += result??;
+    }
+    let elapsed = started.elapsed();
+    report.add(Figure {
+        name: format!("{p}.jobs.enqueue_single_concurrent"),
+        value: per_second(total, elapsed),
+        unit: "jobs/s",
+        floor: Some("floor.jobs.enqueue_single_concurrent".into()),
+        target: None,
+        note: format!("{total} enqueues, {} clients", args.in_flight),
+    });
+    let database = served.stop().await;
+    pg.drop_database(database).await;
+    Ok(())
+}
+
+/// Pickup latency: an idle worker in a long-poll fetch (wait_ms 2000), one enqueue, time until
+/// the fetch answers with the job.
+async fn jobs_pickup(
+    pg: &Postgres,
+    args: &Args,
+    protocol: Protocol,
+    report: &mut Report,
+) -> Result<()> {
+    let p = protocol.name();
+    eprintln!("bench: {p} jobs: pickup latency");
+    let served = serve(pg, args, &format!("{p}_pickup")).await?;
+    let queue = "pickup";
+    Http::new(&served.base)?.create_queue(queue).await?;
+    let mut producer = Jobs::connect(protocol, &served.base).await?;
+    let mut worker = Jobs::connect(protocol, &served.base).await?;
+    let fetch = args.fetch;
+    let mut samples = Vec::with_capacity(args.samples);
+    for i in 0..args.samples {
+        let waiting = tokio::spawn(async move {
+            let claims = worker.fetch(queue, fetch, 2_000, "bench-idle").await;
+            (claims, Instant::now(), worker)
+        });
+        // Let the fetch find nothing and settle into its wait.
+        tokio::time::sleep(Duration::from_millis(30)).await;
+        let sent = Instant::now();
+        producer.enqueue(queue, i).await?;
+        let (claims, delivered, back) = waiting.await?;
+        worker = back;
+        let claims = claims?;
+        if claims.is_empty() {
+            return Err(format!("{p} pickup: the job was not delivered within 2 s").into());
+        }
+        samples.push(delivered.duration_since(sent).as_secs_f64() * 1000.0);
+        for claim in &claims {
+            worker.ack(claim, "bench-idle").await?;
+        }
+    }
+    for (q, name, target) in [(0.50, "p50", 5.0), (0.99, "p99", 25.0)] {
+        report.add(Figure {
+            name: format!("{p}.jobs.pickup_{name}"),
+            value: percentile(&samples, q),
+            unit: "ms",
+            floor: Some(format!("floor.jobs.pickup_{name}")),
+            target: Some(Target::AtMost(target)),
+            note: format!("{} samples, fetch wait_ms 2000", samples.len()),
+        });
+    }
+    let database = served.stop().await;
+    pg.drop_database(database).await;
+    Ok(())
+}
+
+/// Append throughput, fan-out receive + ack throughput, and the dead tuples left per event.
+///
+/// pgvs3 cuts ticks on demand (at receive) and in its maintenance pass, and a receive refuses a
+/// tick holding more than `max` events (413). So the bench ticks after every append batch, as a
+/// PgQue ticker would, through `<schema>.stream_tick()` on its own connection; that call is not
+/// counted in the append time.
+async fn streams_throughput(
+    pg: &Postgres,
+    args: &Args,
+    protocol: Protocol,
+    report: &mut Report,
+) -> Result<()> {
+    let p = protocol.name();
+    eprintln!("bench: {p} streams: append and fan-out receive + ack");
+    let served = serve(pg, args, &format!("{p}_streams")).await?;
+    let queue = "stream";
+    let mut producer = Streams::connect(protocol, &served.base).await?;
+    let consumers: Vec<String> = (0..args.consumers)
+        .map(|c| format!("bench-consumer-{c}"))
+        .collect();
+    for consumer in &consumers {
+        producer.subscribe(queue, consumer).await?;
+    }
+    db::hold_autovacuum(&served.database.url).await?;
+    let schema = db::queue_schema(&served.database.url, queue).await?;
+    let mut ticker = PgConnection::connect(&served.database.url).await?;
+    let tick = format!("SELECT {schema}.stream_tick()");
+
+    let bodies = Streams::batches(protocol, queue, args.messages, args.append_batch);
+    let batches = bodies.len();
+    let mut appending = Duration::ZERO;
+    let mut appended = 0;
+    for body in bodies {
+        let started = Instant::now();
+        appended += producer.append(queue, body).await?;
+        appending += started.elapsed();
+        sqlx::query(AssertSqlSafe(tick.clone()))
+            .execute(&mut ticker)
+            .await?;
+    }
+    ticker.close().await?;
+    if appended != args.messages {
+        return Err(format!("{p} append stored {appended} of {} messages", args.messages).into());
+    }
+    report.add(Figure {
+        name: format!("{p}.streams.append"),
+        value: per_second(args.messages, appending),
+        unit: "msg/s",
+        floor: None,
+        target: Some(Target::AtLeast(100_000.0)),
+        note: format!(
+            "{batches} appends of {}, 1 client (ticks between, untimed)",
+            args.append_batch
+        ),
+    });
+
+    let mut tasks = JoinSet::new();
+    for consumer in consumers {
+        let mut client = Streams::connect(protocol, &served.base).await?;
+        let (messages, max) = (args.messages, args.receive_max);
+        tasks.spawn(async move {
+            let started = Instant::now();
+            let mut received = 0;
+            let mut empty = 0;
+            while received < messages {
+                match client.receive(queue, &consumer, max, 0).await? {
+                    Some(batch) => {
+                        received += batch.count;
+                        client.ack(queue, &consumer, &batch.batch_id).await?;
+                    }
+                    None => {
+                        empty += 1;
+                        if empty > 100 {
+                            return Err::<_, BenchError>(
+                                format!("{consumer} stopped receiving at {received}").into(),
+                            );
+                        }
+                        tokio::time::sleep(Duration::from_millis(10)).await;
+                    }
+                }
+            }
+            Ok((consumer, received, started.elapsed()))
+        });
+    }
+    let mut rates = Vec::new();
+    while let Some(result) = tasks.join_next().await {
+        let (consumer, received, elapsed) = result??;
+        if received != args.messages {
+            return Err(format!("{consumer} received {received} of {}", args.messages).into());
+        }
+        rates.push(per_second(received, elapsed));
+    }
+    let slowest = rates.iter().copied().fold(f64::INFINITY, f64::min);
+    report.add(Figure {
+        name: format!("{p}.streams.receive_ack"),
+        value: slowest,
+        unit: "msg/s",
+        floor: None,
+        target: Some(Target::AtLeast(200_000.0)),
+        note: format!(
+            "slowest of {} concurrent consumers (all: {}), max {}",
+            rates.len(),
+            rates
+                .iter()
+                .map(|r| format!("{r:.0}"))
+                .collect::<Vec<_>>()
+                .join(", "),
+            args.receive_max
+        ),
+    });
+
+    let database = served.stop().await;
+    let stats = db::settled_stats(&database).await?;
+    let churn = db::churn(&stats, args.messages as f64);
+    report.add(Figure {
+        name: format!("{p}.streams.dead_tuples_per_event"),
+        value: churn.dead as f64 / args.messages as f64,
+        unit: "tuples/event",
+        floor: None,
+        target: Some(Target::AtMost(0.0)),
+        note: format!(
+            "n_dead_tup after append + {} consumers ({:.2} updates+deletes/event): {}",
+            args.consumers,
+            churn.updated_or_deleted as f64 / args.messages as f64,
+            churn.detail
+        ),
+    });
+    pg.drop_database(database).await;
+    Ok(())
+}
+
+/// End-to-end latency: a consumer long-polls a receive (wait_ms 2000), one message is appended,
+/// time until the receive answers with it.
+async fn streams_latency(
+    pg: &Postgres,
+    args: &Args,
+    protocol: Protocol,
+    report: &mut Report,
+) -> Result<()> {
+    let p = protocol.name();
+    eprintln!("bench: {p} streams: end-to-end latency");
+    let served = serve(pg, args, &format!("{p}_e2e")).await?;
+    let queue = "e2e";
+    let consumer = "bench-e2e";
+    let mut producer = Streams::connect(protocol, &served.base).await?;
+    producer.subscribe(queue, consumer).await?;
+    let mut receiver = Streams::connect(protocol, &served.base).await?;
+    let max = args.receive_max;
+    let mut samples = Vec::with_capacity(args.samples);
+    for i in 0..args.samples {
+        let waiting = tokio::spawn(async move {
+            let batch = receiver.receive(queue, consumer, max, 2_000).await;
+            (batch, Instant::now(), receiver)
+        });
+        tokio::time::sleep(Duration::from_millis(30)).await;
+        let sent = Instant::now();
+        producer.append_one(queue, i).await?;
+        let (batch, delivered, back) = waiting.await?;
+        receiver = back;
+        let batch = batch?.ok_or_else(|| {
+            BenchError::from(format!("{p} e2e: the message was not received within 2 s"))
+        })?;
+        samples.push(delivered.duration_since(sent).as_secs_f64() * 1000.0);
+        receiver.ack(queue, consumer, &batch.batch_id).await?;
+    }
+    for (q, name) in [(0.50, "p50"), (0.99, "p99")] {
+        report.add(Figure {
+            name: format!("{p}.streams.e2e_{name}"),
+            value: percentile(&samples, q),
+            unit: "ms",
+            floor: None,
+            target: None,
+            note: format!("{} samples, receive wait_ms 2000", samples.len()),
+        });
+    }
+    let database = served.stop().await;
+    pg.drop_database(database).await;
+    Ok(())
+}

@@ -1,0 +1,202 @@
+//! `pgvs3.v1.AdminService` implemented over the core service: queue namespaces (create, drop,
+//! adopt after a restore) and their configuration. Conversion only, mirroring the HTTP routes.
+
+use std::sync::Arc;
+
+use serde_json::Value;
+use tonic::{Request, Response, Status};
+
+use super::convert::{from_struct, to_struct};
+use super::proto::pgvs3::v1 as pb;
+use super::proto::pgvs3::v1::admin_service_server::AdminService;
+use super::status_of;
+use crate::core::{CoreError, QueueConfigChanges, Service};
+use crate::middleware::RequestId;
+
+/// The gRPC binding of queue administration.
+#[derive(Clone)]
+pub struct AdminAdapter {
+    service: Arc<Service>,
+}
+
+impl AdminAdapter {
+    /// An adapter over `service`.
+    pub fn new(service: Arc<Service>) -> Self {
+        AdminAdapter { service }
+    }
+}
+
+fn request_id<T>(request: &Request<T>) -> String {
+    request
+        .extensions()
+        .get::<RequestId>()
+        .map(|r| r.0.clone())
+        .unwrap_or_else(RequestId::generate)
+}
+
+/// Maps a core result to a response, or to a status stamped with the request id.
+fn answer<T>(id: &str, result: Result<T, CoreError>) -> Result<Response<T>, Status> {
+    result.map(Response::new).map_err(|e| status_of(&e, id))
+}
+
+/// The configuration JSON of `Service::queue_config` as a message.
+fn config(config: &Value) -> pb::QueueConfig {
+    let int = |key: &str| config.get(key).and_then(Value::as_i64);
+    let retention_ms = int("retention_ms").unwrap_or_default();
+    pb::QueueConfig {
+        max_retries: int("max_retries").unwrap_or_default() as i32,
+        retention: format!("{retention_ms}ms"),
+        retention_ms,
+        job_retention_ms: int("job_retention_ms"),
+        max_jobs: int("max_jobs"),
+        max_stream_events: int("max_stream_events"),
+        autovacuum: config
+            .get("autovacuum")
+            .and_then(Value::as_object)
+            .map(to_struct),
+    }
+}
+
+/// A quota change: set, cleared, or (neither) unchanged; both at once is a mistake.
+fn quota(field: &str, set: Option<i64>, clear: bool) -> Result<Option<Option<i64>>, CoreError> {
+    match (set, clear) {
+        (Some(_), true) => Err(CoreError::invalid(format!(
+            "{field} and clear_{field} cannot both be given"
+        ))
+        .with_detail("field", field.into())),
+        (Some(n), false) => Ok(Some(Some(n))),
+        (None, true) => Ok(Some(None)),
+        (None, false) => Ok(None),
+    }
+}
+
+fn changes(r: pb::SetQueueConfigRequest) -> Result<QueueConfigChanges, CoreError> {
+    Ok(QueueConfigChanges {
+        max_retries: r.max_retries,
+        retention: r.retention,
+        job_retention: r.job_retention,
+        max_jobs: quota("max_jobs", r.max_jobs, r.clear_max_jobs)?,
+        max_stream_events: quota(
+            "max_stream_events",
+            r.max_stream_events,
+            r.clear_max_stream_events,
+        )?,
+        // An empty Struct is what an unset field looks like to some clients: no change.
+        autovacuum: r
+            .autovacuum
+            .map(from_struct)
+            .filter(|settings| !settings.is_empty()),
+    })
+}
+
+#[tonic::async_trait]
+impl AdminService for AdminAdapter {
+    async fn create_queue(
+        &self,
+        request: Request<pb::CreateQueueRequest>,
+    ) -> Result<Response<pb::CreateQueueResponse>, Status> {
+        let id = request_id(&request);
+        let queue = request.into_inner().queue;
+        let result = self.service.create_queue(&queue).await;
+        answer(
+            &id,
+            result.map(|created| pb::CreateQueueResponse { queue, created }),
+        )
+    }
+
+    async fn drop_queue(
+        &self,
+        request: Request<pb::DropQueueRequest>,
+    ) -> Result<Response<pb::DropQueueResponse>, Status> {
+        let id = request_id(&request);
+        let queue = request.into_inner().queue;
+        let result = self.service.drop_queue(&queue).await;
+        answer(
+            &id,
+            result.map(|()| pb::DropQueueResponse {
+                dropped: true,
+                queue,
+            }),
+        )
+    }
+
+    async fn adopt_queue(
+        &self,
+        request: Request<pb::AdoptQueueRequest>,
+    ) -> Result<Response<pb::AdoptQueueResponse>, Status> {
+        let id = request_id(&request);
+        let queue = request.into_inner().queue;
+        let result = self.service.adopt_queue(&queue).await;
+        answer(
+            &id,
+            result.map(|jobs_indexed| pb::AdoptQueueResponse {
+                queue,
+                jobs_indexed,
+            }),
+        )
+    }
+
+    async fn get_queue_config(
+        &self,
+        request: Request<pb::GetQueueConfigRequest>,
+    ) -> Result<Response<pb::GetQueueConfigResponse>, Status> {
+        let id = request_id(&request);
+        let queue = request.into_inner().queue;
+        let result = self
+            .service
+            .queue_config(&queue, QueueConfigChanges::default())
+            .await;
+        answer(
+            &id,
+            result.map(|c| pb::GetQueueConfigResponse {
+                config: Some(config(&c)),
+            }),
+        )
+    }
+
+    async fn set_queue_config(
+        &self,
+        request: Request<pb::SetQueueConfigRequest>,
+    ) -> Result<Response<pb::SetQueueConfigResponse>, Status> {
+        let id = request_id(&request);
+        let r = request.into_inner();
+        let queue = r.queue.clone();
+        let result = match changes(r) {
+            Ok(changes) => self.service.queue_config(&queue, changes).await,
+            Err(e) => Err(e),
+        };
+        answer(
+            &id,
+            result.map(|c| pb::SetQueueConfigResponse {
+                config: Some(config(&c)),
+            }),
+        )
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn quota_changes_are_set_cleared_or_left() {
+        assert_eq!(quota("max_jobs", Some(5), false).ok(), Some(Some(Some(5))));
+        assert_eq!(quota("max_jobs", None, true).ok(), Some(Some(None)));
+        assert_eq!(quota("max_jobs", None, false).ok(), Some(None));
+        assert!(quota("max_jobs", Some(5), true).is_err());
+    }
+
+    #[test]
+    fn config_json_becomes_the_message() {
+        let c = config(&serde_json::json!({
+            "max_retries": 3, "retention_ms": 2000, "max_jobs": 10,
+            "autovacuum": {"fillfactor": 90}
+        }));
+        assert_eq!((c.max_retries, c.retention.as_str()), (3, "2000ms"));
+        assert_eq!((c.max_jobs, c.max_stream_events), (Some(10), None));
+        assert!(
+            c.autovacuum
+                .is_some_and(|a| a.fields.contains_key("fillfactor"))
+        );
+    }
+}
