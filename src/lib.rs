@@ -8,6 +8,7 @@ pub mod core;
 pub mod grpc;
 pub mod http;
 pub mod maintenance;
+pub mod metrics;
 pub mod middleware;
 pub mod server;
 pub mod store;

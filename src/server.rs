@@ -122,8 +122,14 @@ pub async fn start(settings: ServerSettings) -> Result<RunningServer, StartError
         settings.max_body_bytes,
     );
     let grpc = crate::grpc::router(service.clone(), settings.max_body_bytes);
+    let metrics = crate::metrics::router(crate::metrics::MetricsState {
+        service: service.clone(),
+        stack: stack.clone(),
+    });
     let app = middleware::apply(
-        crate::http::router(service.clone()).merge(grpc.clone()),
+        crate::http::router(service.clone())
+            .merge(grpc.clone())
+            .merge(metrics),
         stack.clone(),
     );
 

@@ -222,6 +222,18 @@ pub struct EnqueueJob {
     pub extra: Map<String, Value>,
     /// Options.
     pub options: JobOptions,
+    /// The producer's W3C trace context, stored in meta so workers can link to it.
+    #[serde(skip)]
+    pub trace_context: Option<TraceContext>,
+}
+
+/// W3C trace context as a request carried it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct TraceContext {
+    /// `traceparent`.
+    pub parent: String,
+    /// `tracestate`.
+    pub state: Option<String>,
 }
 
 /// A worker's request for jobs.

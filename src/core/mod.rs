@@ -103,6 +103,18 @@ pub struct Service {
     store: Store,
     settings: ServiceSettings,
     started: Instant,
+    totals: MaintenanceTotals,
+}
+
+/// Running totals of what this gateway's maintenance passes did (for /metrics).
+#[derive(Debug, Default)]
+pub struct MaintenanceTotals {
+    /// Expired leases released.
+    pub lease_expiries: std::sync::atomic::AtomicU64,
+    /// Stream segment rotations.
+    pub rotations: std::sync::atomic::AtomicU64,
+    /// Passes this gateway ran.
+    pub passes: std::sync::atomic::AtomicU64,
 }
 
 impl Service {
@@ -112,6 +124,7 @@ impl Service {
             store,
             settings,
             started: Instant::now(),
+            totals: MaintenanceTotals::default(),
         }
     }
 
@@ -453,12 +466,37 @@ impl Service {
 
     /// One maintenance pass (skipped at once when another gateway holds it).
     pub async fn maintain(&self) -> Result<MaintenanceReport, CoreError> {
-        self.store
+        use std::sync::atomic::Ordering::Relaxed;
+        let report = self
+            .store
             .maintain(
                 self.settings.job_retention_ms,
                 self.settings.maintenance_batch,
             )
-            .await
+            .await?;
+        if report.ran {
+            self.totals.passes.fetch_add(1, Relaxed);
+            self.totals
+                .lease_expiries
+                .fetch_add(report.released.max(0) as u64, Relaxed);
+            self.totals
+                .rotations
+                .fetch_add(report.rotations.max(0) as u64, Relaxed);
+        }
+        Ok(report)
+    }
+
+    /// What this gateway's maintenance passes did so far.
+    pub fn maintenance_totals(&self) -> &MaintenanceTotals {
+        &self.totals
+    }
+
+    /// Per-queue job and stream figures, and the pool's (open, idle) connections.
+    pub async fn metrics_snapshot(&self) -> Result<(serde_json::Value, (u32, usize)), CoreError> {
+        Ok((
+            self.store.metrics_snapshot().await?,
+            self.store.pool_usage(),
+        ))
     }
 
     /// Creates a queue namespace; true when it did not exist before.

@@ -30,6 +30,8 @@ pub struct NewMessage {
     pub payload: Value,
     /// String headers.
     pub headers: Option<Map<String, Value>>,
+    /// The producer's W3C trace context, stored in the headers.
+    pub trace_context: Option<super::job::TraceContext>,
 }
 
 /// An appended message.
@@ -221,6 +223,18 @@ fn message_row(message: &NewMessage) -> Result<Value, CoreError> {
         None => Uuid::now_v7(),
     };
     super::validate::check_no_nul("payload", &message.payload)?;
+    let mut headers = message.headers.clone();
+    if let Some(trace) = &message.trace_context {
+        let target = headers.get_or_insert_with(Map::new);
+        target
+            .entry("traceparent")
+            .or_insert_with(|| trace.parent.clone().into());
+        if let Some(state) = &trace.state {
+            target
+                .entry("tracestate")
+                .or_insert_with(|| state.clone().into());
+        }
+    }
     if let Some(headers) = &message.headers {
         super::validate::check_no_nul("headers", &Value::Object(headers.clone()))?;
     }
@@ -228,7 +242,7 @@ fn message_row(message: &NewMessage) -> Result<Value, CoreError> {
         "id": id,
         "type": message.message_type,
         "payload": message.payload,
-        "headers": message.headers,
+        "headers": headers,
     }))
 }
 

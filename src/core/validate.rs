@@ -525,6 +525,19 @@ pub fn new_job_row(job: &EnqueueJob, now: DateTime<Utc>) -> Result<Value, CoreEr
             target.insert(k.clone(), v.clone());
         }
     }
+    // The producer's trace context rides in meta (OJS: traceparent/tracestate), unless the
+    // caller already put its own there.
+    if let Some(trace) = &job.trace_context {
+        let target = meta.get_or_insert_with(Map::new);
+        target
+            .entry("traceparent")
+            .or_insert_with(|| trace.parent.clone().into());
+        if let Some(state) = &trace.state {
+            target
+                .entry("tracestate")
+                .or_insert_with(|| state.clone().into());
+        }
+    }
     let (unique, unique_key) = match options.unique.as_ref().filter(|u| !u.is_null()) {
         Some(u) => {
             let (policy, key) = unique_policy(u, &job.job_type, &queue, &job.args, meta.as_ref())?;

@@ -106,6 +106,7 @@ pub fn enqueue(body: types::EnqueueRequest) -> EnqueueJob {
             metadata: o.metadata,
             rate_limit: o.rate_limit.map(serde_json::Value::Object),
         },
+        trace_context: None,
     }
 }
 
@@ -187,6 +188,7 @@ pub fn message(m: types::NewMessage) -> NewMessage {
         message_type: m.r#type,
         payload: m.payload,
         headers: m.headers,
+        trace_context: None,
     }
 }
 

@@ -7,8 +7,9 @@ use serde::de::DeserializeOwned;
 use serde_json::Value;
 
 use super::ApiError;
+use crate::core::job::TraceContext;
 use crate::core::{CoreError, ErrorKind};
-use crate::middleware::{AdmissionSlot, BodyLimit, RequestId};
+use crate::middleware::{AdmissionSlot, BodyLimit, CarriedTrace, RequestId};
 
 /// What every operation knows about its request.
 #[derive(Debug, Clone)]
@@ -17,6 +18,8 @@ pub struct RequestContext {
     pub request_id: String,
     /// The request's admission slot, for operations that go idle.
     pub admission: AdmissionSlot,
+    /// The W3C trace context the request carried.
+    pub trace: Option<TraceContext>,
 }
 
 fn request_id_of(extensions: &http::Extensions) -> String {
@@ -37,6 +40,13 @@ impl<S: Send + Sync> FromRequestParts<S> for RequestContext {
                 .get::<AdmissionSlot>()
                 .cloned()
                 .unwrap_or_default(),
+            trace: parts
+                .extensions
+                .get::<CarriedTrace>()
+                .map(|t| TraceContext {
+                    parent: t.parent.clone(),
+                    state: t.state.clone(),
+                }),
         })
     }
 }

@@ -83,10 +83,12 @@ impl api::HttpApi for HttpAdapter {
 
     async fn enqueue_job(
         &self,
-        _ctx: RequestContext,
+        ctx: RequestContext,
         body: types::EnqueueRequest,
     ) -> Result<api::EnqueueJobResponse, ApiError> {
-        let enqueued = self.service.enqueue(convert::enqueue(body)).await?;
+        let mut job = convert::enqueue(body);
+        job.trace_context = ctx.trace.clone();
+        let enqueued = self.service.enqueue(job).await?;
         let body = types::JobEnvelope {
             job: convert::job(&enqueued.job, false),
         };
@@ -102,13 +104,19 @@ impl api::HttpApi for HttpAdapter {
 
     async fn enqueue_jobs(
         &self,
-        _ctx: RequestContext,
+        ctx: RequestContext,
         body: types::EnqueueBatchRequest,
     ) -> Result<api::EnqueueJobsResponse, ApiError> {
-        let jobs = self
-            .service
-            .enqueue_batch(body.jobs.into_iter().map(convert::enqueue).collect())
-            .await?;
+        let jobs = body
+            .jobs
+            .into_iter()
+            .map(|j| {
+                let mut job = convert::enqueue(j);
+                job.trace_context = ctx.trace.clone();
+                job
+            })
+            .collect();
+        let jobs = self.service.enqueue_batch(jobs).await?;
         Ok(api::EnqueueJobsResponse::Created(
             types::EnqueueBatchResponse {
                 count: jobs.len() as i64,
@@ -307,11 +315,13 @@ impl api::HttpApi for HttpAdapter {
 
     async fn append_message(
         &self,
-        _ctx: RequestContext,
+        ctx: RequestContext,
         q: String,
         body: types::NewMessage,
     ) -> Result<api::AppendMessageResponse, ApiError> {
-        let appended = self.service.append(&q, &[convert::message(body)]).await?;
+        let mut message = convert::message(body);
+        message.trace_context = ctx.trace.clone();
+        let appended = self.service.append(&q, &[message]).await?;
         let first = appended.into_iter().next().ok_or_else(|| {
             crate::core::CoreError::new(crate::core::ErrorKind::Backend, "append returned nothing")
         })?;
@@ -322,11 +332,19 @@ impl api::HttpApi for HttpAdapter {
 
     async fn append_messages(
         &self,
-        _ctx: RequestContext,
+        ctx: RequestContext,
         q: String,
         body: types::NewMessages,
     ) -> Result<api::AppendMessagesResponse, ApiError> {
-        let messages: Vec<_> = body.messages.into_iter().map(convert::message).collect();
+        let messages: Vec<_> = body
+            .messages
+            .into_iter()
+            .map(|m| {
+                let mut message = convert::message(m);
+                message.trace_context = ctx.trace.clone();
+                message
+            })
+            .collect();
         let appended = self.service.append(&q, &messages).await?;
         Ok(api::AppendMessagesResponse::Created(types::AppendedBatch {
             count: appended.len() as i64,

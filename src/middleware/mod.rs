@@ -5,10 +5,12 @@
 mod admission;
 mod body_limit;
 mod headers;
+mod observe;
 mod operation;
 mod queue_admission;
 mod read_only;
 mod request_id;
+mod trace_context;
 
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
@@ -19,9 +21,11 @@ use tokio::sync::Semaphore;
 use crate::core::CoreError;
 pub use admission::AdmissionSlot;
 pub use body_limit::BodyLimit;
+pub use observe::{LATENCY_BUCKETS, RequestMetrics, RequestSeries};
 pub use operation::{Operation, Protocol, classify};
 pub use queue_admission::QueueLimits;
 pub use request_id::RequestId;
+pub use trace_context::CarriedTrace;
 
 /// Shared state of the stack: one semaphore and one flag for every route and both protocols.
 pub struct StackState {
@@ -33,6 +37,8 @@ pub struct StackState {
     pub queue_limits: Arc<QueueLimits>,
     /// Largest request body accepted, bytes.
     pub max_body_bytes: usize,
+    /// Request counts and latencies for /metrics.
+    pub metrics: RequestMetrics,
 }
 
 impl StackState {
@@ -49,6 +55,7 @@ impl StackState {
             admission: Arc::new(Semaphore::new(max_in_flight)),
             queue_limits: QueueLimits::new(queue_max_in_flight),
             max_body_bytes,
+            metrics: RequestMetrics::default(),
         })
     }
 
@@ -69,6 +76,7 @@ pub fn apply(router: axum::Router, state: Arc<StackState>) -> axum::Router {
         .layer(from_fn_with_state(state.clone(), read_only::gate))
         .layer(from_fn_with_state(state.clone(), body_limit::limit))
         .layer(axum::middleware::from_fn(headers::ojs_headers))
+        .layer(from_fn_with_state(state.clone(), observe::observe))
         .layer(axum::middleware::from_fn(operation::classify_request))
         .layer(
             tower_http::trace::TraceLayer::new_for_http().make_span_with(
@@ -78,12 +86,16 @@ pub fn apply(router: axum::Router, state: Arc<StackState>) -> axum::Router {
                         .get::<RequestId>()
                         .map(|r| r.0.as_str())
                         .unwrap_or("");
-                    tracing::info_span!(
+                    let span = tracing::info_span!(
                         "request",
                         method = %request.method(),
                         path = %request.uri().path(),
                         request_id,
-                    )
+                    );
+                    // Join the caller's trace when it sent W3C trace context.
+                    use tracing_opentelemetry::OpenTelemetrySpanExt;
+                    let _ = span.set_parent(trace_context::extract(request.headers()));
+                    span
                 },
             ),
         )

@@ -1,4 +1,5 @@
-//! Request ids: echoed from `X-Request-Id` / `x-ojs-request-id`, or generated as `req_<uuidv7>`.
+//! Request ids: echoed from `X-Request-Id` / `x-ojs-request-id`, or generated as `req_<uuidv7>`;
+//! also notes the W3C trace context the request carried, for the adapters to store.
 
 use axum::extract::Request;
 use axum::middleware::Next;
@@ -35,6 +36,11 @@ pub async fn request_id(mut request: Request, next: Next) -> Response {
         .map(str::to_string)
         .unwrap_or_else(RequestId::generate);
     request.extensions_mut().insert(RequestId(id.clone()));
+    if let Some((parent, state)) = super::trace_context::carried(request.headers()) {
+        request
+            .extensions_mut()
+            .insert(super::CarriedTrace { parent, state });
+    }
     let mut response = next.run(request).await;
     if let Ok(value) = HeaderValue::from_str(&id) {
         response.headers_mut().insert("x-request-id", value.clone());

@@ -200,6 +200,7 @@ fn one(rows: Vec<JobRow>, id: Uuid) -> Result<Job, CoreError> {
 impl Store {
     /// Connects a pool of `max_connections` and starts the signal listener. `max_queues` (0 =
     /// unlimited) is the server-wide namespace quota, handed to SQL as the `s3p.max_queues` setting.
+    #[tracing::instrument(name = "db", skip_all, fields(op = "connect"))]
     pub async fn connect(
         url: &str,
         max_connections: u32,
@@ -230,17 +231,20 @@ impl Store {
     }
 
     /// Applies migrations and upgrades every queue schema.
+    #[tracing::instrument(name = "db", skip_all, fields(op = "migrate"))]
     pub async fn migrate(&self) -> Result<(), CoreError> {
         migrate::run(&self.pool).await
     }
 
     /// Closes the pool, waiting for connections in use.
+    #[tracing::instrument(name = "db", skip_all, fields(op = "close"))]
     pub async fn close(&self) {
         self.signals.stop();
         self.pool.close().await;
     }
 
     /// A trivial round trip.
+    #[tracing::instrument(name = "db", skip_all, fields(op = "ping"))]
     pub async fn ping(&self) -> Result<(), CoreError> {
         sqlx::query("SELECT 1")
             .execute(&self.pool)
@@ -250,6 +254,7 @@ impl Store {
     }
 
     /// `s3p.enqueue`.
+    #[tracing::instrument(name = "db", skip_all, fields(op = "enqueue"))]
     pub async fn enqueue(&self, row: &Value) -> Result<Job, CoreError> {
         let rows: Vec<JobRow> = sqlx::query_as("SELECT * FROM s3p.enqueue($1)")
             .bind(row)
@@ -269,6 +274,7 @@ impl Store {
     }
 
     /// `s3p.enqueue_batch`: all or none.
+    #[tracing::instrument(name = "db", skip_all, fields(op = "enqueue_batch"))]
     pub async fn enqueue_batch(&self, rows: &Value) -> Result<Vec<Job>, CoreError> {
         let rows = sqlx::query_as("SELECT * FROM s3p.enqueue_batch($1)")
             .bind(rows)
@@ -279,6 +285,7 @@ impl Store {
     }
 
     /// `s3p.get_job`.
+    #[tracing::instrument(name = "db", skip_all, fields(op = "get_job"))]
     pub async fn get_job(&self, id: Uuid) -> Result<Job, CoreError> {
         let rows = sqlx::query_as("SELECT * FROM s3p.get_job($1)")
             .bind(id)
@@ -289,6 +296,7 @@ impl Store {
     }
 
     /// `s3p.fetch`.
+    #[tracing::instrument(name = "db", skip_all, fields(op = "fetch"))]
     pub async fn fetch(
         &self,
         queues: &[String],
@@ -310,6 +318,7 @@ impl Store {
     }
 
     /// Whether any of the queues exists.
+    #[tracing::instrument(name = "db", skip_all, fields(op = "any_queue_exists"))]
     pub async fn any_queue_exists(&self, queues: &[String]) -> Result<bool, CoreError> {
         sqlx::query_scalar("SELECT EXISTS (SELECT 1 FROM s3p.queues WHERE name = ANY($1))")
             .bind(queues)
@@ -319,6 +328,7 @@ impl Store {
     }
 
     /// `s3p.ack`.
+    #[tracing::instrument(name = "db", skip_all, fields(op = "ack"))]
     pub async fn ack(
         &self,
         id: Uuid,
@@ -336,6 +346,7 @@ impl Store {
     }
 
     /// `s3p.nack`.
+    #[tracing::instrument(name = "db", skip_all, fields(op = "nack"))]
     pub async fn nack(
         &self,
         id: Uuid,
@@ -355,6 +366,7 @@ impl Store {
     }
 
     /// `s3p.cancel`.
+    #[tracing::instrument(name = "db", skip_all, fields(op = "cancel"))]
     pub async fn cancel(&self, id: Uuid) -> Result<Job, CoreError> {
         let rows = sqlx::query_as("SELECT * FROM s3p.cancel($1)")
             .bind(id)
@@ -365,6 +377,7 @@ impl Store {
     }
 
     /// `s3p.heartbeat`: the extended jobs with their directive and new lease end.
+    #[tracing::instrument(name = "db", skip_all, fields(op = "heartbeat"))]
     pub async fn heartbeat(
         &self,
         ids: &[Uuid],
@@ -387,6 +400,7 @@ impl Store {
     }
 
     /// `s3p.activate`.
+    #[tracing::instrument(name = "db", skip_all, fields(op = "activate"))]
     pub async fn activate(&self, id: Uuid) -> Result<Job, CoreError> {
         let rows = sqlx::query_as("SELECT * FROM s3p.activate($1)")
             .bind(id)
@@ -397,6 +411,7 @@ impl Store {
     }
 
     /// `s3p.dead_letters` and `s3p.dead_letter_count`.
+    #[tracing::instrument(name = "db", skip_all, fields(op = "dead_letters"))]
     pub async fn dead_letters(
         &self,
         queue: Option<&str>,
@@ -419,6 +434,7 @@ impl Store {
     }
 
     /// `s3p.retry_dead_letter`.
+    #[tracing::instrument(name = "db", skip_all, fields(op = "retry_dead_letter"))]
     pub async fn retry_dead_letter(&self, id: Uuid) -> Result<Job, CoreError> {
         let rows = sqlx::query_as("SELECT * FROM s3p.retry_dead_letter($1)")
             .bind(id)
@@ -429,6 +445,7 @@ impl Store {
     }
 
     /// `s3p.delete_dead_letter`.
+    #[tracing::instrument(name = "db", skip_all, fields(op = "delete_dead_letter"))]
     pub async fn delete_dead_letter(&self, id: Uuid) -> Result<Job, CoreError> {
         let rows = sqlx::query_as("SELECT * FROM s3p.delete_dead_letter($1)")
             .bind(id)
@@ -439,6 +456,7 @@ impl Store {
     }
 
     /// `s3p.maintain`.
+    #[tracing::instrument(name = "db", skip_all, fields(op = "maintain"))]
     pub async fn maintain(
         &self,
         retention_ms: i64,
@@ -464,6 +482,7 @@ impl Store {
     }
 
     /// Whether the database is a hot standby (read-only).
+    #[tracing::instrument(name = "db", skip_all, fields(op = "in_recovery"))]
     pub async fn in_recovery(&self) -> Result<bool, CoreError> {
         sqlx::query_scalar("SELECT pg_is_in_recovery()")
             .fetch_one(&self.pool)
@@ -472,6 +491,7 @@ impl Store {
     }
 
     /// `s3p.create_queue`: true when it was created now.
+    #[tracing::instrument(name = "db", skip_all, fields(op = "create_queue"))]
     pub async fn create_queue(&self, queue: &str) -> Result<bool, CoreError> {
         sqlx::query_scalar("SELECT s3p.create_queue($1)")
             .bind(queue)
@@ -481,6 +501,7 @@ impl Store {
     }
 
     /// `s3p.drop_queue`.
+    #[tracing::instrument(name = "db", skip_all, fields(op = "drop_queue"))]
     pub async fn drop_queue(&self, queue: &str) -> Result<(), CoreError> {
         sqlx::query("SELECT s3p.drop_queue($1)")
             .bind(queue)
@@ -491,6 +512,7 @@ impl Store {
     }
 
     /// `s3p.adopt_queue`: how many job ids were indexed.
+    #[tracing::instrument(name = "db", skip_all, fields(op = "adopt_queue"))]
     pub async fn adopt_queue(&self, queue: &str) -> Result<i64, CoreError> {
         sqlx::query_scalar("SELECT s3p.adopt_queue($1)")
             .bind(queue)
@@ -500,6 +522,7 @@ impl Store {
     }
 
     /// `s3p.queue_stats`.
+    #[tracing::instrument(name = "db", skip_all, fields(op = "queue_stats"))]
     pub async fn queue_stats(&self, queue: &str) -> Result<Value, CoreError> {
         sqlx::query_scalar("SELECT s3p.queue_stats($1)")
             .bind(queue)
@@ -509,6 +532,7 @@ impl Store {
     }
 
     /// `s3p.queue_config`.
+    #[tracing::instrument(name = "db", skip_all, fields(op = "queue_config"))]
     pub async fn queue_config(&self, queue: &str, changes: &Value) -> Result<Value, CoreError> {
         sqlx::query_scalar("SELECT s3p.queue_config($1, $2)")
             .bind(queue)
@@ -519,6 +543,7 @@ impl Store {
     }
 
     /// `s3p.set_paused`.
+    #[tracing::instrument(name = "db", skip_all, fields(op = "set_paused"))]
     pub async fn set_paused(&self, queue: &str, paused: bool) -> Result<bool, CoreError> {
         sqlx::query_scalar("SELECT s3p.set_paused($1, $2)")
             .bind(queue)
@@ -529,6 +554,7 @@ impl Store {
     }
 
     /// `s3p.list_queues`.
+    #[tracing::instrument(name = "db", skip_all, fields(op = "list_queues"))]
     pub async fn list_queues(&self) -> Result<Vec<QueueSummary>, CoreError> {
         let rows: Vec<(String, bool, DateTime<Utc>)> =
             sqlx::query_as("SELECT name, paused, created_at FROM s3p.list_queues()")
@@ -548,6 +574,7 @@ impl Store {
 
 impl Store {
     /// `s3p.create_workflow`: the new workflow's view.
+    #[tracing::instrument(name = "db", skip_all, fields(op = "create_workflow"))]
     pub async fn create_workflow(
         &self,
         id: Uuid,
@@ -568,6 +595,7 @@ impl Store {
     }
 
     /// `s3p.workflow_view`.
+    #[tracing::instrument(name = "db", skip_all, fields(op = "workflow"))]
     pub async fn workflow(&self, id: Uuid) -> Result<Value, CoreError> {
         sqlx::query_scalar("SELECT s3p.workflow_view($1)")
             .bind(id)
@@ -577,6 +605,7 @@ impl Store {
     }
 
     /// `s3p.cancel_workflow`.
+    #[tracing::instrument(name = "db", skip_all, fields(op = "cancel_workflow"))]
     pub async fn cancel_workflow(&self, id: Uuid) -> Result<Value, CoreError> {
         sqlx::query_scalar("SELECT s3p.cancel_workflow($1)")
             .bind(id)
@@ -586,6 +615,7 @@ impl Store {
     }
 
     /// `s3p.cron_register`.
+    #[tracing::instrument(name = "db", skip_all, fields(op = "register_cron"))]
     pub async fn register_cron(
         &self,
         name: &str,
@@ -608,6 +638,7 @@ impl Store {
     }
 
     /// `s3p.cron_unregister`.
+    #[tracing::instrument(name = "db", skip_all, fields(op = "unregister_cron"))]
     pub async fn unregister_cron(&self, name: &str) -> Result<CronEntry, CoreError> {
         sqlx::query_as("SELECT * FROM s3p.cron_unregister($1)")
             .bind(name)
@@ -617,6 +648,7 @@ impl Store {
     }
 
     /// `s3p.cron_list`.
+    #[tracing::instrument(name = "db", skip_all, fields(op = "list_crons"))]
     pub async fn list_crons(&self) -> Result<Vec<CronEntry>, CoreError> {
         sqlx::query_as("SELECT * FROM s3p.cron_list()")
             .fetch_all(&self.pool)
@@ -625,6 +657,7 @@ impl Store {
     }
 
     /// `s3p.cron_due`.
+    #[tracing::instrument(name = "db", skip_all, fields(op = "due_crons"))]
     pub async fn due_crons(&self, max: i32) -> Result<Vec<CronEntry>, CoreError> {
         sqlx::query_as("SELECT * FROM s3p.cron_due($1)")
             .bind(max)
@@ -634,6 +667,7 @@ impl Store {
     }
 
     /// `s3p.cron_fire`: the enqueued job id, or None (skipped or fired elsewhere).
+    #[tracing::instrument(name = "db", skip_all, fields(op = "fire_cron"))]
     pub async fn fire_cron(
         &self,
         name: &str,
@@ -654,6 +688,7 @@ impl Store {
 
 impl Store {
     /// `s3p.events_page`.
+    #[tracing::instrument(name = "db", skip_all, fields(op = "events"))]
     pub async fn events(
         &self,
         after: i64,
@@ -676,6 +711,7 @@ impl Store {
 
 impl Store {
     /// `s3p.metrics_snapshot`: per-queue job and stream figures.
+    #[tracing::instrument(name = "db", skip_all, fields(op = "metrics_snapshot"))]
     pub async fn metrics_snapshot(&self) -> Result<Value, CoreError> {
         sqlx::query_scalar("SELECT s3p.metrics_snapshot()")
             .fetch_one(&self.pool)

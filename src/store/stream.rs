@@ -88,6 +88,7 @@ struct DeadLetterRow {
 
 impl Store {
     /// `s3p.stream_append`.
+    #[tracing::instrument(name = "db", skip_all, fields(op = "stream_append"))]
     pub async fn stream_append(
         &self,
         queue: &str,
@@ -107,6 +108,7 @@ impl Store {
     }
 
     /// `s3p.stream_subscribe`.
+    #[tracing::instrument(name = "db", skip_all, fields(op = "stream_subscribe"))]
     pub async fn stream_subscribe(
         &self,
         queue: &str,
@@ -138,6 +140,7 @@ impl Store {
     }
 
     /// `s3p.stream_unsubscribe`.
+    #[tracing::instrument(name = "db", skip_all, fields(op = "stream_unsubscribe"))]
     pub async fn stream_unsubscribe(&self, queue: &str, consumer: &str) -> Result<(), CoreError> {
         sqlx::query("SELECT s3p.stream_unsubscribe($1, $2)")
             .bind(queue)
@@ -149,6 +152,7 @@ impl Store {
     }
 
     /// `s3p.stream_consumers`.
+    #[tracing::instrument(name = "db", skip_all, fields(op = "stream_consumers"))]
     pub async fn stream_consumers(&self, queue: &str) -> Result<Vec<ConsumerInfo>, CoreError> {
         let rows: Vec<ConsumerRow> = sqlx::query_as("SELECT * FROM s3p.stream_consumers($1)")
             .bind(queue)
@@ -170,6 +174,7 @@ impl Store {
     }
 
     /// `s3p.stream_receive` with a fresh batch id.
+    #[tracing::instrument(name = "db", skip_all, fields(op = "stream_receive"))]
     pub async fn stream_receive(
         &self,
         queue: &str,
@@ -191,6 +196,7 @@ impl Store {
     }
 
     /// `s3p.stream_batch`.
+    #[tracing::instrument(name = "db", skip_all, fields(op = "stream_batch"))]
     pub async fn stream_batch(&self, queue: &str, id: Uuid) -> Result<Batch, CoreError> {
         let rows: Vec<BatchRow> = sqlx::query_as("SELECT * FROM s3p.stream_batch($1, $2)")
             .bind(queue)
@@ -202,6 +208,7 @@ impl Store {
     }
 
     /// `s3p.stream_ack`: the consumer's cursor tick afterwards.
+    #[tracing::instrument(name = "db", skip_all, fields(op = "stream_ack"))]
     pub async fn stream_ack(
         &self,
         queue: &str,
@@ -219,6 +226,7 @@ impl Store {
     }
 
     /// `s3p.stream_nack`.
+    #[tracing::instrument(name = "db", skip_all, fields(op = "stream_nack"))]
     pub async fn stream_nack(
         &self,
         queue: &str,
@@ -247,6 +255,7 @@ impl Store {
     }
 
     /// `s3p.stream_info`.
+    #[tracing::instrument(name = "db", skip_all, fields(op = "stream_info"))]
     pub async fn stream_info(&self, queue: &str) -> Result<Value, CoreError> {
         sqlx::query_scalar("SELECT s3p.stream_info($1)")
             .bind(queue)
@@ -256,6 +265,7 @@ impl Store {
     }
 
     /// `s3p.stream_configure` (NULLs leave a setting as it is).
+    #[tracing::instrument(name = "db", skip_all, fields(op = "stream_configure"))]
     pub async fn stream_configure(
         &self,
         queue: &str,
@@ -277,6 +287,7 @@ impl Store {
     }
 
     /// `s3p.stream_dead_letters`.
+    #[tracing::instrument(name = "db", skip_all, fields(op = "stream_dead_letters"))]
     pub async fn stream_dead_letters(
         &self,
         queue: &str,
@@ -308,6 +319,7 @@ impl Store {
     }
 
     /// `s3p.stream_replay`: how many were replayed.
+    #[tracing::instrument(name = "db", skip_all, fields(op = "stream_replay"))]
     pub async fn stream_replay(&self, queue: &str, id: Option<Uuid>) -> Result<i32, CoreError> {
         sqlx::query_scalar("SELECT s3p.stream_replay($1, $2)")
             .bind(queue)
@@ -318,6 +330,7 @@ impl Store {
     }
 
     /// `s3p.stream_purge_dead_letters`: how many were purged.
+    #[tracing::instrument(name = "db", skip_all, fields(op = "stream_purge"))]
     pub async fn stream_purge(&self, queue: &str, older_than_ms: i64) -> Result<i32, CoreError> {
         sqlx::query_scalar("SELECT s3p.stream_purge_dead_letters($1, $2)")
             .bind(queue)
