@@ -145,10 +145,15 @@ fn reads_body(operation: &str) -> bool {
     )
 }
 
-/// A job's queue: `options.queue`, `default` when absent; none when it is not a string.
+/// A job's queue: `options.queue`, else the envelope's top-level `queue`, `default` when both are
+/// absent; none when it is not a string.
 fn job_queue(job: &Value) -> Option<String> {
-    match job.pointer("/options/queue") {
-        None | Some(Value::Null) => Some("default".to_string()),
+    let given = match job.pointer("/options/queue") {
+        None | Some(Value::Null) => job.get("queue").filter(|q| !q.is_null()),
+        other => other,
+    };
+    match given {
+        None => Some("default".to_string()),
         Some(Value::String(q)) => Some(q.clone()),
         Some(_) => None,
     }
@@ -337,6 +342,11 @@ mod tests {
             ["default"]
         );
         assert!(q("enqueueJob", r#"{"options":{"queue":5}}"#).is_empty());
+        assert_eq!(q("enqueueJob", r#"{"type":"t","queue":"top"}"#), ["top"]);
+        assert_eq!(
+            q("enqueueJob", r#"{"queue":"top","options":{"queue":"opt"}}"#),
+            ["opt"]
+        );
         assert_eq!(
             q("fetchJobs", r#"{"queues":["b","a","b"],"count":1}"#),
             ["a", "b"]
