@@ -201,6 +201,12 @@ fn generate_types(spec: &Value) -> BuildResult<String> {
             let ident = field_ident(field);
             if required.contains(&field.as_str()) {
                 let _ = writeln!(code, "        pub {ident}: {ty},");
+            } else if ty == "serde_json::Value" {
+                // Any-JSON fields keep an explicit null (Some(Null)) apart from absence (None).
+                code.push_str(
+                    "        #[serde(default, deserialize_with = \"crate::http::present\", skip_serializing_if = \"Option::is_none\")]\n",
+                );
+                let _ = writeln!(code, "        pub {ident}: Option<{ty}>,");
             } else {
                 code.push_str(
                     "        #[serde(default, skip_serializing_if = \"Option::is_none\")]\n",

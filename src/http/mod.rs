@@ -23,6 +23,13 @@ pub use error::ApiError;
 pub use extract::{OjsJson, OjsPath, OjsQuery, OptionalOjsJson, RequestContext};
 pub use handlers::HttpAdapter;
 
+/// Deserializes a present JSON value (null included) as `Some`; absent fields default to `None`.
+pub fn present<'de, D: serde::Deserializer<'de>>(
+    d: D,
+) -> Result<Option<serde_json::Value>, D::Error> {
+    <serde_json::Value as serde::Deserialize>::deserialize(d).map(Some)
+}
+
 /// The OJS media type of every JSON response.
 pub const OJS_MEDIA_TYPE: &str = "application/openjobspec+json";
 
