@@ -21,6 +21,10 @@ lint:
 guides:
     bash guides/run.sh
 
+# Benchmark against a plain-SQL floor (private PostgreSQL unless DATABASE_URL); e.g. `just bench --scenario jobs`.
+bench *args:
+    cargo run --release --bin pgvs3-bench -- {{args}}
+
 # What CI runs.
 ci:
     bash .ci/run

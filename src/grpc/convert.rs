@@ -329,6 +329,7 @@ pub fn enqueue(request: pb::EnqueueRequest) -> Result<EnqueueJob, CoreError> {
             metadata: None,
             rate_limit: None,
         },
+        trace_context: None,
     })
 }
 

@@ -1,10 +1,13 @@
 //! The gRPC adapter: `ojs.v1.OJSService` (wire-compatible with the public OJS protos),
 //! `pgvs3.v1.StreamService` and `pgvs3.v1.AdminService` over the core service. It converts messages
-//! and errors; it holds no rule of its own.
+//! and errors; it holds no rule of its own. Also served: `grpc.health.v1.Health` and gRPC server
+//! reflection (v1 and v1alpha).
 
 mod admin;
 mod convert;
 mod error;
+mod health;
+pub mod push;
 mod service;
 mod streams;
 
@@ -15,6 +18,7 @@ use tower::ServiceExt;
 use crate::core::Service;
 pub use admin::AdminAdapter;
 pub use error::status_of;
+pub use health::HealthAdapter;
 pub use service::GrpcAdapter;
 pub use streams::StreamAdapter;
 
@@ -48,32 +52,136 @@ pub struct GrpcOperation {
 
 include!(concat!(env!("OUT_DIR"), "/grpc_operations.rs"));
 
-/// The gRPC routes of the service, to merge into the HTTP router (one port) or serve alone.
+/// The descriptor set of every proto in `proto/`, as build.rs wrote it.
+pub const FILE_DESCRIPTOR_SET: &[u8] =
+    include_bytes!(concat!(env!("OUT_DIR"), "/grpc_descriptor.bin"));
+
+/// The gRPC routes of the service, to merge into the HTTP router (one port) or serve alone. Its
+/// streams never see a shutdown: prefer `router_until`.
 pub fn router(service: Arc<Service>, max_message_bytes: usize) -> axum::Router {
+    routes(service, max_message_bytes, push::Shutdown::default())
+}
+
+/// The gRPC routes; long-lived streams end (UNAVAILABLE) once `shutdown` holds true.
+pub fn router_until(
+    service: Arc<Service>,
+    max_message_bytes: usize,
+    shutdown: tokio::sync::watch::Receiver<bool>,
+) -> axum::Router {
+    routes(service, max_message_bytes, push::Shutdown::new(shutdown))
+}
+
+/// Hands the shutdown signal to the handlers (they find it in the request's extensions) and
+/// converts the body for tonic.
+fn with_shutdown<S>(
+    service: S,
+    shutdown: push::Shutdown,
+) -> impl tower::Service<
+    http::Request<axum::body::Body>,
+    Response = S::Response,
+    Error = S::Error,
+    Future = S::Future,
+> + Clone
++ Send
++ 'static
+where
+    S: tower::Service<http::Request<tonic::body::Body>> + Clone + Send + 'static,
+{
+    service.map_request(move |mut request: http::Request<axum::body::Body>| {
+        request.extensions_mut().insert(shutdown.clone());
+        request.map(tonic::body::Body::new)
+    })
+}
+
+/// Reflection keeps a stream open for as long as the client likes; it is cheap and read-only, so
+/// it gives its admission slot back at once.
+fn without_admission<S>(
+    service: S,
+) -> impl tower::Service<
+    http::Request<axum::body::Body>,
+    Response = S::Response,
+    Error = S::Error,
+    Future = S::Future,
+> + Clone
++ Send
++ 'static
+where
+    S: tower::Service<http::Request<tonic::body::Body>> + Clone + Send + 'static,
+{
+    service.map_request(|request: http::Request<axum::body::Body>| {
+        if let Some(slot) = request
+            .extensions()
+            .get::<crate::middleware::AdmissionSlot>()
+        {
+            slot.release();
+        }
+        request.map(tonic::body::Body::new)
+    })
+}
+
+fn routes(
+    service: Arc<Service>,
+    max_message_bytes: usize,
+    shutdown: push::Shutdown,
+) -> axum::Router {
     use proto::ojs::v1::ojs_service_server::{OjsServiceServer, SERVICE_NAME as OJS};
     use proto::pgvs3::v1::admin_service_server::{AdminServiceServer, SERVICE_NAME as ADMIN};
     use proto::pgvs3::v1::stream_service_server::{SERVICE_NAME as STREAMS, StreamServiceServer};
+    use tonic_health::pb::health_server::{HealthServer, SERVICE_NAME as HEALTH};
     let ojs = OjsServiceServer::new(GrpcAdapter::new(service.clone()))
         .max_decoding_message_size(max_message_bytes);
     let streams = StreamServiceServer::new(StreamAdapter::new(service.clone()))
         .max_decoding_message_size(max_message_bytes);
-    let admin = AdminServiceServer::new(AdminAdapter::new(service))
+    let admin = AdminServiceServer::new(AdminAdapter::new(service.clone()))
         .max_decoding_message_size(max_message_bytes);
-    axum::Router::new()
+    let health = HealthServer::new(HealthAdapter::new(
+        service,
+        vec![
+            OJS.to_string(),
+            STREAMS.to_string(),
+            ADMIN.to_string(),
+            HEALTH.to_string(),
+        ],
+    ));
+    let mut router = axum::Router::new()
         .route_service(
             &format!("/{OJS}/{{*rest}}"),
-            ojs.map_request(|req: http::Request<axum::body::Body>| req.map(tonic::body::Body::new)),
+            with_shutdown(ojs, shutdown.clone()),
         )
         .route_service(
             &format!("/{STREAMS}/{{*rest}}"),
-            streams.map_request(|req: http::Request<axum::body::Body>| {
-                req.map(tonic::body::Body::new)
-            }),
+            with_shutdown(streams, shutdown.clone()),
         )
         .route_service(
             &format!("/{ADMIN}/{{*rest}}"),
-            admin.map_request(|req: http::Request<axum::body::Body>| {
-                req.map(tonic::body::Body::new)
-            }),
+            with_shutdown(admin, shutdown.clone()),
         )
+        .route_service(
+            &format!("/{HEALTH}/{{*rest}}"),
+            with_shutdown(health, shutdown),
+        );
+    let reflection = || {
+        tonic_reflection::server::Builder::configure()
+            .register_encoded_file_descriptor_set(FILE_DESCRIPTOR_SET)
+            .register_encoded_file_descriptor_set(tonic_health::pb::FILE_DESCRIPTOR_SET)
+    };
+    match reflection().build_v1() {
+        Ok(v1) => {
+            router = router.route_service(
+                "/grpc.reflection.v1.ServerReflection/{*rest}",
+                without_admission(v1),
+            );
+        }
+        Err(error) => tracing::warn!(%error, "gRPC reflection v1 is not served"),
+    }
+    match reflection().build_v1alpha() {
+        Ok(v1alpha) => {
+            router = router.route_service(
+                "/grpc.reflection.v1alpha.ServerReflection/{*rest}",
+                without_admission(v1alpha),
+            );
+        }
+        Err(error) => tracing::warn!(%error, "gRPC reflection v1alpha is not served"),
+    }
+    router
 }

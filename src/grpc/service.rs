@@ -3,12 +3,13 @@
 use std::pin::Pin;
 use std::sync::Arc;
 
-use futures_util::Stream;
+use futures_util::{Stream, StreamExt};
 use tonic::{Request, Response, Status};
 
 use super::convert;
 use super::proto::ojs::v1 as pb;
 use super::proto::ojs::v1::ojs_service_server::OjsService;
+use super::push::{self, EventStream, JobStream, Shutdown, event_message};
 use super::status_of;
 use crate::core::workflow::NewCron;
 use crate::core::{AckJob, CoreError, FetchJobs, Heartbeat, NackJob, Service};
@@ -27,6 +28,17 @@ impl GrpcAdapter {
     }
 }
 
+/// The W3C trace context the call carried in its metadata.
+fn carried_trace<T>(request: &Request<T>) -> Option<crate::core::job::TraceContext> {
+    request
+        .extensions()
+        .get::<crate::middleware::CarriedTrace>()
+        .map(|t| crate::core::job::TraceContext {
+            parent: t.parent.clone(),
+            state: t.state.clone(),
+        })
+}
+
 fn request_id<T>(request: &Request<T>) -> String {
     request
         .extensions()
@@ -38,10 +50,6 @@ fn request_id<T>(request: &Request<T>) -> String {
 /// Runs a core call and maps its error to a status stamped with the request id.
 fn answer<T>(id: &str, result: Result<T, CoreError>) -> Result<Response<T>, Status> {
     result.map(Response::new).map_err(|e| status_of(&e, id))
-}
-
-fn not_yet(rpc: &str) -> Status {
-    Status::unimplemented(format!("{rpc} is not implemented by this pgvs3 version"))
 }
 
 type BoxStream<T> = Pin<Box<dyn Stream<Item = Result<T, Status>> + Send + 'static>>;
@@ -100,8 +108,12 @@ impl OjsService for GrpcAdapter {
         request: Request<pb::EnqueueRequest>,
     ) -> Result<Response<pb::EnqueueResponse>, Status> {
         let id = request_id(&request);
+        let trace = carried_trace(&request);
         let result = match convert::enqueue(request.into_inner()) {
-            Ok(job) => self.service.enqueue(job).await,
+            Ok(mut job) => {
+                job.trace_context = trace;
+                self.service.enqueue(job).await
+            }
             Err(e) => Err(e),
         };
         answer(
@@ -330,18 +342,70 @@ impl OjsService for GrpcAdapter {
 
     async fn stream_jobs(
         &self,
-        _: Request<pb::StreamJobsRequest>,
+        request: Request<pb::StreamJobsRequest>,
     ) -> Result<Response<Self::StreamJobsStream>, Status> {
-        Err(not_yet("StreamJobs"))
+        let id = request_id(&request);
+        let slot = request
+            .extensions()
+            .get::<AdmissionSlot>()
+            .cloned()
+            .unwrap_or_default();
+        let shutdown = request
+            .extensions()
+            .get::<Shutdown>()
+            .cloned()
+            .unwrap_or_default();
+        let r = request.into_inner();
+        let wanted = JobStream {
+            queues: r.queues,
+            worker_id: (!r.worker_id.is_empty()).then_some(r.worker_id),
+            max_concurrent: r.max_concurrent,
+        };
+        let jobs = push::jobs(self.service.clone(), wanted, shutdown)
+            .await
+            .map_err(|e| status_of(&e, &id))?;
+        // A stream lasts as long as its worker: it holds no admission slot.
+        slot.release();
+        let stream = jobs.map(move |job| {
+            job.map(|j| convert::job(&j, true))
+                .map_err(|e| status_of(&e, &id))
+        });
+        Ok(Response::new(Box::pin(stream)))
     }
 
     type StreamEventsStream = BoxStream<pb::Event>;
 
     async fn stream_events(
         &self,
-        _: Request<pb::StreamEventsRequest>,
+        request: Request<pb::StreamEventsRequest>,
     ) -> Result<Response<Self::StreamEventsStream>, Status> {
-        Err(not_yet("StreamEvents"))
+        let id = request_id(&request);
+        let slot = request
+            .extensions()
+            .get::<AdmissionSlot>()
+            .cloned()
+            .unwrap_or_default();
+        let shutdown = request
+            .extensions()
+            .get::<Shutdown>()
+            .cloned()
+            .unwrap_or_default();
+        let r = request.into_inner();
+        let filter = EventStream {
+            queues: r.queues,
+            event_types: r.event_types,
+            job_id: (!r.job_id.is_empty()).then_some(r.job_id),
+            workflow_id: (!r.workflow_id.is_empty()).then_some(r.workflow_id),
+        };
+        let events = push::events(self.service.clone(), filter, shutdown)
+            .await
+            .map_err(|e| status_of(&e, &id))?;
+        slot.release();
+        let stream = events.map(move |item| {
+            item.map(|pushed| event_message(&pushed))
+                .map_err(|e| status_of(&e, &id))
+        });
+        Ok(Response::new(Box::pin(stream)))
     }
 
     async fn list_queues(

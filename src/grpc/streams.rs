@@ -2,14 +2,17 @@
 //! HTTP stream routes.
 
 use std::collections::HashMap;
+use std::pin::Pin;
 use std::sync::Arc;
 
+use futures_util::{Stream, StreamExt};
 use serde_json::{Map, Value};
 use tonic::{Request, Response, Status};
 
 use super::convert::{created_at, from_value, to_struct, to_value};
 use super::proto::pgvs3::v1 as pb;
 use super::proto::pgvs3::v1::stream_service_server::StreamService;
+use super::push::{self, Shutdown};
 use super::status_of;
 use crate::core::stream::{
     Appended, Batch, ConsumerInfo, NewMessage, Receive, StreamConfig, StreamDeadLetter, StreamEvent,
@@ -55,6 +58,7 @@ fn message(m: pb::Message) -> NewMessage {
                 .map(|(k, v)| (k, Value::String(v)))
                 .collect::<Map<String, Value>>()
         }),
+        trace_context: None,
     }
 }
 
@@ -247,6 +251,40 @@ impl StreamService for StreamAdapter {
                 batch: b.as_ref().map(batch),
             }),
         )
+    }
+
+    type ReceiveStreamStream =
+        Pin<Box<dyn Stream<Item = Result<pb::Batch, Status>> + Send + 'static>>;
+
+    async fn receive_stream(
+        &self,
+        request: Request<pb::ReceiveStreamRequest>,
+    ) -> Result<Response<Self::ReceiveStreamStream>, Status> {
+        let id = request_id(&request);
+        let slot = request
+            .extensions()
+            .get::<AdmissionSlot>()
+            .cloned()
+            .unwrap_or_default();
+        let shutdown = request
+            .extensions()
+            .get::<Shutdown>()
+            .cloned()
+            .unwrap_or_default();
+        let r = request.into_inner();
+        let receive = Receive {
+            consumer: r.consumer,
+            member: r.member,
+            max: r.max,
+            wait_ms: None,
+        };
+        let batches = push::batches(self.service.clone(), r.queue, receive, shutdown)
+            .await
+            .map_err(|e| status_of(&e, &id))?;
+        // A stream lasts as long as its consumer: it holds no admission slot.
+        slot.release();
+        let stream = batches.map(move |b| b.map(|b| batch(&b)).map_err(|e| status_of(&e, &id)));
+        Ok(Response::new(Box::pin(stream)))
     }
 
     async fn get_batch(

@@ -62,6 +62,20 @@ struct JobRow {
     parent_results: Option<Value>,
 }
 
+/// A lease a heartbeat extended: job id, test directive, new lease end.
+pub type ExtendedLease = (Uuid, Option<String>, DateTime<Utc>);
+
+/// One row of `s3p.maintain`.
+#[derive(sqlx::FromRow)]
+struct MaintenanceRow {
+    ran: bool,
+    released: i64,
+    expired: i64,
+    removed: i64,
+    retries_moved: i64,
+    rotations: i64,
+}
+
 fn object(value: Option<Value>) -> Option<Map<String, Value>> {
     match value {
         Some(Value::Object(map)) => Some(map),
@@ -385,7 +399,7 @@ impl Store {
         token: Option<Uuid>,
         visibility_ms: Option<i64>,
         default_visibility_ms: i64,
-    ) -> Result<Vec<(Uuid, Option<String>, DateTime<Utc>)>, CoreError> {
+    ) -> Result<Vec<ExtendedLease>, CoreError> {
         sqlx::query_as(
             "SELECT id, directive, lease_expires_at FROM s3p.heartbeat($1, $2, $3, $4, $5)",
         )
@@ -462,22 +476,21 @@ impl Store {
         retention_ms: i64,
         batch: i32,
     ) -> Result<MaintenanceReport, CoreError> {
-        let (ran, released, expired, removed, retries_moved, rotations): (bool, i64, i64, i64, i64, i64) =
-            sqlx::query_as(
-                "SELECT ran, released, expired, removed, retries_moved, rotations FROM s3p.maintain($1, $2)",
-            )
-                .bind(retention_ms)
-                .bind(batch)
-                .fetch_one(&self.pool)
-                .await
-                .map_err(map_db_error)?;
+        let row: MaintenanceRow = sqlx::query_as(
+            "SELECT ran, released, expired, removed, retries_moved, rotations FROM s3p.maintain($1, $2)",
+        )
+        .bind(retention_ms)
+        .bind(batch)
+        .fetch_one(&self.pool)
+        .await
+        .map_err(map_db_error)?;
         Ok(MaintenanceReport {
-            ran,
-            released,
-            expired,
-            removed,
-            retries_moved,
-            rotations,
+            ran: row.ran,
+            released: row.released,
+            expired: row.expired,
+            removed: row.removed,
+            retries_moved: row.retries_moved,
+            rotations: row.rotations,
         })
     }
 

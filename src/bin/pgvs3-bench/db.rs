@@ -46,9 +46,11 @@ pub struct TableStats {
     pub inserted: i64,
 }
 
-/// The sum over tables, with the tables that left dead tuples named.
+/// The sum over tables, with the tables that made dead row versions named.
 pub struct Churn {
+    /// `n_dead_tup` left (autovacuum and page pruning may have lowered it).
     pub dead: i64,
+    /// Dead row versions made: every UPDATE (HOT or not) and DELETE leaves one.
     pub updated_or_deleted: i64,
     pub detail: String,
 }
@@ -84,7 +86,7 @@ impl Postgres {
         if let Some(mut cluster) = self.cluster.take()
             && let Err(error) = cluster.stop()
         {
-            eprintln!("bench: stopping the private cluster failed: {error}");
+            crate::progress(format_args!("stopping the private cluster failed: {error}"));
         }
     }
 
@@ -126,7 +128,7 @@ impl Postgres {
         }
         .await;
         if let Err(error) = result {
-            eprintln!("bench: dropping {} failed: {error}", database.name);
+            crate::progress(format_args!("dropping {} failed: {error}", database.name));
         }
     }
 
@@ -186,29 +188,6 @@ pub async fn queue_schema(url: &str, queue: &str) -> Result<String> {
     schema.ok_or_else(|| BenchError::from(format!("queue {queue} has no schema")))
 }
 
-/// Turns autovacuum off on every table of the database, so `n_dead_tup` after a workload counts
-/// what the workload left (only page pruning can lower it).
-pub async fn hold_autovacuum(url: &str) -> Result<()> {
-    let mut conn = PgConnection::connect(url).await?;
-    let tables: Vec<String> = sqlx::query_scalar(
-        "SELECT format('%I.%I', n.nspname, c.relname) FROM pg_class c
-           JOIN pg_namespace n ON n.oid = c.relnamespace
-          WHERE c.relkind = 'r' AND n.nspname NOT IN ('pg_catalog', 'information_schema')
-            AND n.nspname NOT LIKE 'pg_toast%'",
-    )
-    .fetch_all(&mut conn)
-    .await?;
-    for table in tables {
-        sqlx::raw_sql(AssertSqlSafe(format!(
-            "ALTER TABLE {table} SET (autovacuum_enabled = false)"
-        )))
-        .execute(&mut conn)
-        .await?;
-    }
-    conn.close().await?;
-    Ok(())
-}
-
 /// Waits until no other session is connected to the database (so every backend that did work has
 /// exited and flushed its statistics), then reads `pg_stat_user_tables`.
 pub async fn settled_stats(database: &Database) -> Result<Vec<TableStats>> {
@@ -224,10 +203,10 @@ pub async fn settled_stats(database: &Database) -> Result<Vec<TableStats>> {
             break;
         }
         if Instant::now() >= deadline {
-            eprintln!(
-                "bench: {others} sessions still connected to {}; their statistics may be unflushed",
+            crate::progress(format_args!(
+                "{others} sessions still connected to {}; their statistics may be unflushed",
                 database.name
-            );
+            ));
             break;
         }
         tokio::time::sleep(Duration::from_millis(50)).await;
@@ -257,23 +236,23 @@ pub async fn settled_stats(database: &Database) -> Result<Vec<TableStats>> {
         .collect()
 }
 
-/// Sums the counters and names the tables holding dead tuples (most first).
+/// Sums the counters and names the tables that made dead row versions (most first).
 pub fn churn(stats: &[TableStats], per: f64) -> Churn {
-    let mut holders: Vec<&TableStats> = stats.iter().filter(|s| s.dead > 0).collect();
-    holders.sort_by_key(|s| std::cmp::Reverse(s.dead));
-    let detail = holders
+    let mut makers: Vec<&TableStats> = stats.iter().filter(|s| s.updated_or_deleted > 0).collect();
+    makers.sort_by_key(|s| std::cmp::Reverse(s.updated_or_deleted));
+    let detail = makers
         .iter()
         .take(4)
         .map(|s| {
+            let hot = if s.hot_updated > 0 {
+                format!(" ({:.2} HOT)", s.hot_updated as f64 / per)
+            } else {
+                String::new()
+            };
             format!(
-                "{} {:.2}{}",
+                "{} {:.2}{hot}",
                 s.table.rsplit('.').next().unwrap_or(&s.table),
-                s.dead as f64 / per,
-                if s.hot_updated > 0 {
-                    format!(" ({} HOT)", s.hot_updated)
-                } else {
-                    String::new()
-                }
+                s.updated_or_deleted as f64 / per
             )
         })
         .collect::<Vec<_>>()
@@ -283,7 +262,7 @@ pub fn churn(stats: &[TableStats], per: f64) -> Churn {
         dead: stats.iter().map(|s| s.dead).sum(),
         updated_or_deleted: stats.iter().map(|s| s.updated_or_deleted).sum(),
         detail: format!(
-            "{}; {:.2} rows inserted per unit",
+            "{}; {:.2} rows inserted",
             if detail.is_empty() {
                 "none".to_string()
             } else {

@@ -28,7 +28,6 @@ CREATE TABLE floor_jobs (
     completed_at timestamptz
 );
 CREATE INDEX floor_jobs_ready ON floor_jobs (priority DESC, run_at, id) WHERE state = 'available';
-ALTER TABLE floor_jobs SET (autovacuum_enabled = false);
 ";
 
 /// Claims up to $1 ready jobs (one statement, one transaction).
@@ -51,7 +50,9 @@ const INSERT_ONE: &str =
 
 /// Runs the floor and adds its figures.
 pub async fn run(pg: &Postgres, args: &Args, report: &mut Report) -> Result<()> {
-    eprintln!("bench: floor (plain SQL table, FOR UPDATE SKIP LOCKED)");
+    crate::progress(format_args!(
+        "floor (plain SQL table, FOR UPDATE SKIP LOCKED)"
+    ));
     let database = pg.fresh("floor").await?;
     let pool = PgPoolOptions::new()
         .max_connections(u32::try_from(args.in_flight.max(args.workers))? + 2)
@@ -147,11 +148,15 @@ pub async fn run(pg: &Postgres, args: &Args, report: &mut Report) -> Result<()> 
     let churn = db::churn(&stats, args.jobs as f64);
     report.add(Figure {
         name: "floor.jobs.dead_tuples_per_job".into(),
-        value: churn.dead as f64 / args.jobs as f64,
+        value: churn.updated_or_deleted as f64 / args.jobs as f64,
         unit: "tuples/job",
         floor: None,
         target: None,
-        note: format!("n_dead_tup after work-off: {}", churn.detail),
+        note: format!(
+            "dead versions made by enqueue + work-off (n_dead_tup left {:.2}/job): {}",
+            churn.dead as f64 / args.jobs as f64,
+            churn.detail
+        ),
     });
 
     // Single enqueues: sequential, then with `in_flight` connections.

@@ -99,7 +99,7 @@ pub struct Args {
     #[arg(long, default_value_t = 10)]
     fetch: usize,
     /// Jobs enqueued one at a time, sequentially and again with --in-flight concurrent clients.
-    #[arg(long, default_value_t = 2_000)]
+    #[arg(long, default_value_t = 1_000)]
     singles: usize,
     /// Concurrent single enqueues.
     #[arg(long, default_value_t = 16)]
@@ -157,6 +157,7 @@ impl Args {
 }
 
 fn main() -> ExitCode {
+    STARTED.get_or_init(Instant::now);
     let args = Args::parse();
     let filter = tracing_subscriber::EnvFilter::try_from_default_env()
         .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("warn"));
@@ -230,8 +231,26 @@ fn validate(args: &Args) -> Result<()> {
     Ok(())
 }
 
+/// When the run started, for progress lines.
+static STARTED: std::sync::OnceLock<Instant> = std::sync::OnceLock::new();
+
+/// A progress line on stderr, stamped with the seconds since the start.
+pub fn progress(message: std::fmt::Arguments<'_>) {
+    let since = STARTED.get_or_init(Instant::now).elapsed();
+    eprintln!("bench [{:6.1} s] {message}", since.as_secs_f64());
+}
+
+/// The 1-minute load average (Linux), to tell a quiet machine from a busy one.
+fn load_average() -> String {
+    std::fs::read_to_string("/proc/loadavg")
+        .ok()
+        .and_then(|l| l.split_whitespace().next().map(str::to_string))
+        .unwrap_or_else(|| "?".to_string())
+}
+
 async fn run(args: &Args, pg: &Postgres) -> Result<()> {
     let started = Instant::now();
+    let load_before = load_average();
     let facts = pg.facts().await?;
     let cores = std::thread::available_parallelism().map_or(0, |n| n.get());
     let machine = format!(
@@ -248,7 +267,7 @@ async fn run(args: &Args, pg: &Postgres) -> Result<()> {
         facts.wal_sync_method,
         facts.shared_buffers
     );
-    eprintln!("bench: {machine}");
+    progress(format_args!("{machine}"));
 
     let mut report = Report::default();
     if args.runs(Scenario::Floor) {
@@ -269,6 +288,10 @@ async fn run(args: &Args, pg: &Postgres) -> Result<()> {
     }
     let took = started.elapsed();
     println!("pgvs3-bench: {machine}");
+    println!(
+        "load average (1 min) {load_before} at start, {} at end",
+        load_average()
+    );
     println!(
         "ratios are figure / floor (throughput: higher is better; latency and churn: lower is better); run took {:.1} s",
         took.as_secs_f64()
@@ -291,6 +314,10 @@ pub fn percentile(samples: &[f64], q: f64) -> f64 {
     sorted.sort_by(f64::total_cmp);
     let rank = ((q * sorted.len() as f64).ceil() as usize).clamp(1, sorted.len());
     sorted[rank - 1]
+}
+
+fn millis(elapsed: Duration) -> f64 {
+    elapsed.as_secs_f64() * 1000.0
 }
 
 fn per_second(count: usize, elapsed: Duration) -> f64 {
@@ -331,11 +358,10 @@ async fn jobs_work(
     report: &mut Report,
 ) -> Result<()> {
     let p = protocol.name();
-    eprintln!("bench: {p} jobs: batched enqueue and work-off");
+    progress(format_args!("{p} jobs: batched enqueue and work-off"));
     let served = serve(pg, args, &format!("{p}_jobs")).await?;
     let queue = "bench";
     Http::new(&served.base)?.create_queue(queue).await?;
-    db::hold_autovacuum(&served.database.url).await?;
     let schema = db::queue_schema(&served.database.url, queue).await?;
 
     let bodies = Jobs::batches(protocol, queue, args.jobs, args.batch);
@@ -365,25 +391,31 @@ async fn jobs_work(
         let fetch = args.fetch;
         workers.spawn(async move {
             let worker = format!("bench-worker-{w}");
-            let mut done = 0usize;
+            let (mut fetches, mut acks) = (Vec::new(), Vec::new());
             loop {
+                let started = Instant::now();
                 let claims = client.fetch(queue, fetch, 0, &worker).await?;
+                fetches.push(millis(started.elapsed()));
                 if claims.is_empty() {
-                    return Ok::<usize, BenchError>(done);
+                    return Ok::<_, BenchError>((fetches, acks));
                 }
                 for claim in &claims {
+                    let started = Instant::now();
                     client.ack(claim, &worker).await?;
-                    done += 1;
+                    acks.push(millis(started.elapsed()));
                 }
             }
         });
     }
     let started = Instant::now();
-    let mut done = 0;
+    let (mut fetches, mut acks) = (Vec::new(), Vec::new());
     while let Some(result) = workers.join_next().await {
-        done += result??;
+        let (f, a) = result??;
+        fetches.extend(f);
+        acks.extend(a);
     }
     let elapsed = started.elapsed();
+    let done = acks.len();
     let completed = count_completed(&served.database.url, &schema).await?;
     if done != args.jobs || completed != args.jobs {
         return Err(format!(
@@ -402,8 +434,12 @@ async fn jobs_work(
             Protocol::Grpc => 1.2,
         })),
         note: format!(
-            "{} workers, fetch {} then ack each",
-            args.workers, args.fetch
+            "{} workers, fetch {} then ack each; fetch p50 {:.2} ms, ack p50 {:.2} / p99 {:.2} ms",
+            args.workers,
+            args.fetch,
+            percentile(&fetches, 0.5),
+            percentile(&acks, 0.5),
+            percentile(&acks, 0.99)
         ),
     });
 
@@ -412,13 +448,13 @@ async fn jobs_work(
     let churn = db::churn(&stats, args.jobs as f64);
     report.add(Figure {
         name: format!("{p}.jobs.dead_tuples_per_job"),
-        value: churn.dead as f64 / args.jobs as f64,
+        value: churn.updated_or_deleted as f64 / args.jobs as f64,
         unit: "tuples/job",
         floor: Some("floor.jobs.dead_tuples_per_job".into()),
         target: Some(Target::AtMost(2.0)),
         note: format!(
-            "n_dead_tup after enqueue + work-off ({:.2} updates+deletes/job): {}",
-            churn.updated_or_deleted as f64 / args.jobs as f64,
+            "dead versions made by enqueue + work-off (n_dead_tup left {:.2}/job): {}",
+            churn.dead as f64 / args.jobs as f64,
             churn.detail
         ),
     });
@@ -445,15 +481,18 @@ async fn jobs_singles(
     report: &mut Report,
 ) -> Result<()> {
     let p = protocol.name();
-    eprintln!("bench: {p} jobs: single enqueues");
+    progress(format_args!("{p} jobs: single enqueues"));
     let served = serve(pg, args, &format!("{p}_singles")).await?;
     let queue = "single";
     Http::new(&served.base)?.create_queue(queue).await?;
 
     let mut client = Jobs::connect(protocol, &served.base).await?;
+    let mut latencies = Vec::with_capacity(args.singles);
     let started = Instant::now();
     for i in 0..args.singles {
+        let sent = Instant::now();
         client.enqueue(queue, i).await?;
+        latencies.push(millis(sent.elapsed()));
     }
     let elapsed = started.elapsed();
     report.add(Figure {
@@ -462,7 +501,11 @@ async fn jobs_singles(
         unit: "jobs/s",
         floor: Some("floor.jobs.enqueue_single_seq".into()),
         target: None,
-        note: format!("{} enqueues, 1 client", args.singles),
+        note: format!(
+            "{} enqueues, 1 client; p50 {:.2} ms",
+            args.singles,
+            percentile(&latencies, 0.5)
+        ),
     });
 
     let per_client = args.singles.div_ceil(args.in_flight);
@@ -474,24 +517,33 @@ async fn jobs_singles(
     let started = Instant::now();
     for (c, mut client) in clients.into_iter().enumerate() {
         tasks.spawn(async move {
+            let mut latencies = Vec::with_capacity(per_client);
             for i in c * per_client..(c + 1) * per_client {
+                let sent = Instant::now();
                 client.enqueue(queue, i).await?;
+                latencies.push(millis(sent.elapsed()));
             }
-            Ok::<usize, BenchError>(per_client)
+            Ok::<_, BenchError>(latencies)
         });
     }
-    let mut total = 0;
+    let mut latencies = Vec::new();
     while let Some(result) = tasks.join_next().await {
-        total += result??;
+        latencies.extend(result??);
     }
     let elapsed = started.elapsed();
+    let total = latencies.len();
     report.add(Figure {
         name: format!("{p}.jobs.enqueue_single_concurrent"),
         value: per_second(total, elapsed),
         unit: "jobs/s",
         floor: Some("floor.jobs.enqueue_single_concurrent".into()),
         target: None,
-        note: format!("{total} enqueues, {} clients", args.in_flight),
+        note: format!(
+            "{total} enqueues, {} clients; p50 {:.2} / p99 {:.2} ms",
+            args.in_flight,
+            percentile(&latencies, 0.5),
+            percentile(&latencies, 0.99)
+        ),
     });
     let database = served.stop().await;
     pg.drop_database(database).await;
@@ -507,7 +559,7 @@ async fn jobs_pickup(
     report: &mut Report,
 ) -> Result<()> {
     let p = protocol.name();
-    eprintln!("bench: {p} jobs: pickup latency");
+    progress(format_args!("{p} jobs: pickup latency"));
     let served = serve(pg, args, &format!("{p}_pickup")).await?;
     let queue = "pickup";
     Http::new(&served.base)?.create_queue(queue).await?;
@@ -530,7 +582,7 @@ async fn jobs_pickup(
         if claims.is_empty() {
             return Err(format!("{p} pickup: the job was not delivered within 2 s").into());
         }
-        samples.push(delivered.duration_since(sent).as_secs_f64() * 1000.0);
+        samples.push(millis(delivered.duration_since(sent)));
         for claim in &claims {
             worker.ack(claim, "bench-idle").await?;
         }
@@ -563,7 +615,9 @@ async fn streams_throughput(
     report: &mut Report,
 ) -> Result<()> {
     let p = protocol.name();
-    eprintln!("bench: {p} streams: append and fan-out receive + ack");
+    progress(format_args!(
+        "{p} streams: append and fan-out receive + ack"
+    ));
     let served = serve(pg, args, &format!("{p}_streams")).await?;
     let queue = "stream";
     let mut producer = Streams::connect(protocol, &served.base).await?;
@@ -573,7 +627,6 @@ async fn streams_throughput(
     for consumer in &consumers {
         producer.subscribe(queue, consumer).await?;
     }
-    db::hold_autovacuum(&served.database.url).await?;
     let schema = db::queue_schema(&served.database.url, queue).await?;
     let mut ticker = PgConnection::connect(&served.database.url).await?;
     let tick = format!("SELECT {schema}.stream_tick()");
@@ -582,10 +635,13 @@ async fn streams_throughput(
     let batches = bodies.len();
     let mut appending = Duration::ZERO;
     let mut appended = 0;
+    let mut latencies = Vec::with_capacity(batches);
     for body in bodies {
         let started = Instant::now();
         appended += producer.append(queue, body).await?;
-        appending += started.elapsed();
+        let took = started.elapsed();
+        appending += took;
+        latencies.push(millis(took));
         sqlx::query(AssertSqlSafe(tick.clone()))
             .execute(&mut ticker)
             .await?;
@@ -601,8 +657,9 @@ async fn streams_throughput(
         floor: None,
         target: Some(Target::AtLeast(100_000.0)),
         note: format!(
-            "{batches} appends of {}, 1 client (ticks between, untimed)",
-            args.append_batch
+            "{batches} appends of {}, 1 client, p50 {:.2} ms (a tick after each, untimed)",
+            args.append_batch,
+            percentile(&latencies, 0.5)
         ),
     });
 
@@ -614,11 +671,16 @@ async fn streams_throughput(
             let started = Instant::now();
             let mut received = 0;
             let mut empty = 0;
+            let (mut receives, mut acks) = (Vec::new(), Vec::new());
             while received < messages {
+                let asked = Instant::now();
                 match client.receive(queue, &consumer, max, 0).await? {
                     Some(batch) => {
+                        receives.push(millis(asked.elapsed()));
                         received += batch.count;
+                        let acking = Instant::now();
                         client.ack(queue, &consumer, &batch.batch_id).await?;
+                        acks.push(millis(acking.elapsed()));
                     }
                     None => {
                         empty += 1;
@@ -631,12 +693,15 @@ async fn streams_throughput(
                     }
                 }
             }
-            Ok((consumer, received, started.elapsed()))
+            Ok((consumer, received, started.elapsed(), receives, acks))
         });
     }
     let mut rates = Vec::new();
+    let (mut receives, mut acks) = (Vec::new(), Vec::new());
     while let Some(result) = tasks.join_next().await {
-        let (consumer, received, elapsed) = result??;
+        let (consumer, received, elapsed, r, a) = result??;
+        receives.extend(r);
+        acks.extend(a);
         if received != args.messages {
             return Err(format!("{consumer} received {received} of {}", args.messages).into());
         }
@@ -650,14 +715,16 @@ async fn streams_throughput(
         floor: None,
         target: Some(Target::AtLeast(200_000.0)),
         note: format!(
-            "slowest of {} concurrent consumers (all: {}), max {}",
+            "slowest of {} concurrent consumers (all: {}), max {}; receive p50 {:.2} ms, ack p50 {:.2} ms",
             rates.len(),
             rates
                 .iter()
                 .map(|r| format!("{r:.0}"))
                 .collect::<Vec<_>>()
                 .join(", "),
-            args.receive_max
+            args.receive_max,
+            percentile(&receives, 0.5),
+            percentile(&acks, 0.5)
         ),
     });
 
@@ -666,14 +733,14 @@ async fn streams_throughput(
     let churn = db::churn(&stats, args.messages as f64);
     report.add(Figure {
         name: format!("{p}.streams.dead_tuples_per_event"),
-        value: churn.dead as f64 / args.messages as f64,
+        value: churn.updated_or_deleted as f64 / args.messages as f64,
         unit: "tuples/event",
         floor: None,
         target: Some(Target::AtMost(0.0)),
         note: format!(
-            "n_dead_tup after append + {} consumers ({:.2} updates+deletes/event): {}",
+            "dead versions made by append + {} consumers (n_dead_tup left {:.2}/event): {}",
             args.consumers,
-            churn.updated_or_deleted as f64 / args.messages as f64,
+            churn.dead as f64 / args.messages as f64,
             churn.detail
         ),
     });
@@ -690,7 +757,7 @@ async fn streams_latency(
     report: &mut Report,
 ) -> Result<()> {
     let p = protocol.name();
-    eprintln!("bench: {p} streams: end-to-end latency");
+    progress(format_args!("{p} streams: end-to-end latency"));
     let served = serve(pg, args, &format!("{p}_e2e")).await?;
     let queue = "e2e";
     let consumer = "bench-e2e";
@@ -712,7 +779,7 @@ async fn streams_latency(
         let batch = batch?.ok_or_else(|| {
             BenchError::from(format!("{p} e2e: the message was not received within 2 s"))
         })?;
-        samples.push(delivered.duration_since(sent).as_secs_f64() * 1000.0);
+        samples.push(millis(delivered.duration_since(sent)));
         receiver.ack(queue, consumer, &batch.batch_id).await?;
     }
     for (q, name) in [(0.50, "p50"), (0.99, "p99")] {

@@ -39,13 +39,13 @@ pub struct Report {
 impl Report {
     /// Adds a figure and echoes it to stderr as progress.
     pub fn add(&mut self, figure: Figure) {
-        eprintln!(
-            "bench:   {} = {} {} ({})",
+        crate::progress(format_args!(
+            "  {} = {} {} ({})",
             figure.name,
             format_value(figure.value),
             figure.unit,
             figure.note
-        );
+        ));
         self.figures.push(figure);
     }
 
