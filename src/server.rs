@@ -121,7 +121,13 @@ pub async fn start(settings: ServerSettings) -> Result<RunningServer, StartError
         settings.queue_max_in_flight,
         settings.max_body_bytes,
     );
-    let grpc = crate::grpc::router(service.clone(), settings.max_body_bytes);
+    // Streaming RPCs end when shutdown begins, so graceful shutdown does not wait on them.
+    let (shutdown, _) = watch::channel(false);
+    let grpc = crate::grpc::router_until(
+        service.clone(),
+        settings.max_body_bytes,
+        shutdown.subscribe(),
+    );
     let metrics = crate::metrics::router(crate::metrics::MetricsState {
         service: service.clone(),
         stack: stack.clone(),
@@ -133,7 +139,6 @@ pub async fn start(settings: ServerSettings) -> Result<RunningServer, StartError
         stack.clone(),
     );
 
-    let (shutdown, _) = watch::channel(false);
     let mut tasks = JoinSet::new();
     let listener = bind(&settings.listen).await?;
     let addr = listener.local_addr().map_err(|source| StartError::Listen {

@@ -1,5 +1,5 @@
-//! Push delivery over long-lived gRPC streams, in core types (the adapters convert):
-//! `StreamJobs` (claims like Fetch under a cap on unacknowledged jobs), `StreamEvents` (the event
+//! Push delivery over long-lived gRPC streams, in core types (the adapters convert; pushed
+//! events are converted here): `StreamJobs` (claims like Fetch under a cap on unacknowledged jobs), `StreamEvents` (the event
 //! log tailed with a cursor) and `ReceiveStream` (a consumer's batches, one at a time).
 //!
 //! Each stream is a loop driven by the response body: when the client goes away the body, and
@@ -29,8 +29,7 @@ use crate::core::{CoreError, ErrorKind, FetchJobs, Job, JobState, Service};
 
 /// How often a `StreamJobs` stream at its cap looks for acks, nacks and cancels in the event log.
 pub const SETTLE_INTERVAL: Duration = Duration::from_millis(250);
-/// How often a `StreamJobs` stream at its cap re-reads its outstanding jobs (lease expiries, and
-/// events committed out of order).
+/// How often a `StreamJobs` stream at its cap re-reads its outstanding jobs (lease expiries, gaps).
 pub const SWEEP_INTERVAL: Duration = Duration::from_secs(2);
 /// Pause between claims when the long poll could not wait (none of the queues exists yet).
 pub const IDLE_POLL: Duration = Duration::from_millis(250);

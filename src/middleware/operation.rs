@@ -7,6 +7,13 @@ use axum::response::Response;
 use crate::grpc::GRPC_OPERATIONS;
 use crate::http::api::HTTP_OPERATIONS;
 
+/// gRPC services outside our protos that only read.
+const READ_ONLY_SERVICES: &[&str] = &[
+    "/grpc.health.v1.Health/",
+    "/grpc.reflection.v1.ServerReflection/",
+    "/grpc.reflection.v1alpha.ServerReflection/",
+];
+
 /// The wire protocol of a request.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Protocol {
@@ -46,7 +53,11 @@ pub fn classify(method: &http::Method, path: &str, grpc: bool) -> Operation {
         return Operation {
             protocol: Protocol::Grpc,
             id: found.map(|op| op.path),
-            read_only: found.is_some_and(|op| op.read_only),
+            // Health checks and reflection only read.
+            read_only: found.is_some_and(|op| op.read_only)
+                || READ_ONLY_SERVICES
+                    .iter()
+                    .any(|prefix| path.starts_with(prefix)),
         };
     }
     let found = HTTP_OPERATIONS
@@ -90,6 +101,8 @@ mod tests {
         assert!(!fetch.read_only);
         let grpc_get = classify(&http::Method::POST, "/ojs.v1.OJSService/GetJob", true);
         assert!(grpc_get.read_only);
+        let health = classify(&http::Method::POST, "/grpc.health.v1.Health/Check", true);
+        assert!(health.read_only);
         let grpc_fetch = classify(&http::Method::POST, "/ojs.v1.OJSService/Fetch", true);
         assert!(!grpc_fetch.read_only && grpc_fetch.id.is_some());
     }

@@ -132,6 +132,30 @@ impl Postgres {
         }
     }
 
+    /// Drops bench databases an interrupted earlier run left in the private cluster (a
+    /// `DATABASE_URL` server is left alone: another run may be using it).
+    pub async fn drop_leftovers(&self) -> Result<()> {
+        if self.cluster.is_none() {
+            return Ok(());
+        }
+        let mut conn = PgConnection::connect(&self.admin_url).await?;
+        let names: Vec<String> = sqlx::query_scalar(
+            "SELECT datname FROM pg_database WHERE datname LIKE 'pgvs3\\_bench\\_%'",
+        )
+        .fetch_all(&mut conn)
+        .await?;
+        conn.close().await?;
+        for name in names {
+            crate::progress(format_args!("dropping {name}, left by an earlier run"));
+            self.drop_database(Database {
+                url: with_database(&self.admin_url, &name),
+                name,
+            })
+            .await;
+        }
+        Ok(())
+    }
+
     /// Version and durability settings as a fresh database sees them.
     pub async fn facts(&self) -> Result<ServerFacts> {
         let database = self.fresh("facts").await?;

@@ -251,6 +251,7 @@ fn load_average() -> String {
 async fn run(args: &Args, pg: &Postgres) -> Result<()> {
     let started = Instant::now();
     let load_before = load_average();
+    pg.drop_leftovers().await?;
     let facts = pg.facts().await?;
     let cores = std::thread::available_parallelism().map_or(0, |n| n.get());
     let machine = format!(
