@@ -9,9 +9,8 @@ use tonic::{Request, Response, Status};
 use super::convert::{from_struct, to_struct};
 use super::proto::pgvs3::v1 as pb;
 use super::proto::pgvs3::v1::admin_service_server::AdminService;
-use super::status_of;
+use super::{answer, request_id};
 use crate::core::{CoreError, QueueConfigChanges, Service};
-use crate::middleware::RequestId;
 
 /// The gRPC binding of queue administration.
 #[derive(Clone)]
@@ -24,19 +23,6 @@ impl AdminAdapter {
     pub fn new(service: Arc<Service>) -> Self {
         AdminAdapter { service }
     }
-}
-
-fn request_id<T>(request: &Request<T>) -> String {
-    request
-        .extensions()
-        .get::<RequestId>()
-        .map(|r| r.0.clone())
-        .unwrap_or_else(RequestId::generate)
-}
-
-/// Maps a core result to a response, or to a status stamped with the request id.
-fn answer<T>(id: &str, result: Result<T, CoreError>) -> Result<Response<T>, Status> {
-    result.map(Response::new).map_err(|e| status_of(&e, id))
 }
 
 /// The configuration JSON of `Service::queue_config` as a message.

@@ -41,6 +41,25 @@ pub mod proto {
     }
 }
 
+/// The request id the middleware set (or a fresh one).
+fn request_id<T>(request: &tonic::Request<T>) -> String {
+    request
+        .extensions()
+        .get::<crate::middleware::RequestId>()
+        .map(|r| r.0.clone())
+        .unwrap_or_else(crate::middleware::RequestId::generate)
+}
+
+/// Maps a core result to a response, or to a status stamped with the request id.
+fn answer<T>(
+    id: &str,
+    result: Result<T, crate::core::CoreError>,
+) -> Result<tonic::Response<T>, tonic::Status> {
+    result
+        .map(tonic::Response::new)
+        .map_err(|e| status_of(&e, id))
+}
+
 /// One gRPC method with whether a read-only gateway serves it.
 #[derive(Debug, Clone, Copy)]
 pub struct GrpcOperation {

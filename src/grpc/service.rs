@@ -11,9 +11,10 @@ use super::proto::ojs::v1 as pb;
 use super::proto::ojs::v1::ojs_service_server::OjsService;
 use super::push::{self, EventStream, JobStream, Shutdown, event_message};
 use super::status_of;
+use super::{answer, request_id};
 use crate::core::workflow::NewCron;
 use crate::core::{AckJob, CoreError, FetchJobs, Heartbeat, NackJob, Service};
-use crate::middleware::{AdmissionSlot, RequestId};
+use crate::middleware::AdmissionSlot;
 
 /// The gRPC binding of the service.
 #[derive(Clone)]
@@ -37,19 +38,6 @@ fn carried_trace<T>(request: &Request<T>) -> Option<crate::core::job::TraceConte
             parent: t.parent.clone(),
             state: t.state.clone(),
         })
-}
-
-fn request_id<T>(request: &Request<T>) -> String {
-    request
-        .extensions()
-        .get::<RequestId>()
-        .map(|r| r.0.clone())
-        .unwrap_or_else(RequestId::generate)
-}
-
-/// Runs a core call and maps its error to a status stamped with the request id.
-fn answer<T>(id: &str, result: Result<T, CoreError>) -> Result<Response<T>, Status> {
-    result.map(Response::new).map_err(|e| status_of(&e, id))
 }
 
 type BoxStream<T> = Pin<Box<dyn Stream<Item = Result<T, Status>> + Send + 'static>>;

@@ -14,11 +14,12 @@ use super::proto::pgvs3::v1 as pb;
 use super::proto::pgvs3::v1::stream_service_server::StreamService;
 use super::push::{self, Shutdown};
 use super::status_of;
+use super::{answer, request_id};
+use crate::core::Service;
 use crate::core::stream::{
     Appended, Batch, ConsumerInfo, NewMessage, Receive, StreamConfig, StreamDeadLetter, StreamEvent,
 };
-use crate::core::{CoreError, Service};
-use crate::middleware::{AdmissionSlot, RequestId};
+use crate::middleware::AdmissionSlot;
 
 /// The gRPC binding of the stream half of the service.
 #[derive(Clone)]
@@ -31,19 +32,6 @@ impl StreamAdapter {
     pub fn new(service: Arc<Service>) -> Self {
         StreamAdapter { service }
     }
-}
-
-fn request_id<T>(request: &Request<T>) -> String {
-    request
-        .extensions()
-        .get::<RequestId>()
-        .map(|r| r.0.clone())
-        .unwrap_or_else(RequestId::generate)
-}
-
-/// Maps a core result to a response, or to a status stamped with the request id.
-fn answer<T>(id: &str, result: Result<T, CoreError>) -> Result<Response<T>, Status> {
-    result.map(Response::new).map_err(|e| status_of(&e, id))
 }
 
 /// A message to append, in core terms; an empty id or header map means "not given".
