@@ -360,18 +360,15 @@ BEGIN
         RETURN QUERY SELECT false, 0::bigint, 0::bigint, 0::bigint, 0::bigint, 0::bigint;
         RETURN;
     END IF;
-    FOR q IN SELECT name, schema_name, settings FROM s3p.queues ORDER BY name LOOP
+    -- Stream steps and housekeeping first; the job steps come last so that the rows they lock
+    -- (released leases, expired jobs) stay locked only until the pass commits moments later —
+    -- a fetch skips locked rows, so a long-held lock would hide just-released jobs from it.
+    FOR q IN SELECT name, schema_name FROM s3p.queues ORDER BY name LOOP
         -- Hold off a concurrent drop of this queue (it takes the lock exclusively), and skip the
         -- queue if a drop committed since the list was read.
         PERFORM pg_advisory_xact_lock_shared(hashtext('s3p.queue:' || q.name));
         CONTINUE WHEN NOT EXISTS (SELECT 1 FROM s3p.queues x WHERE x.name = q.name);
-        EXECUTE format('SELECT * FROM %I.maintain($1, $2)', q.schema_name)
-            INTO r
-            USING coalesce((q.settings->>'job_retention_ms')::bigint, default_retention_ms), batch;
         EXECUTE format('SELECT * FROM %I.stream_maintain()', q.schema_name) INTO s;
-        total_released := total_released + r.released;
-        total_expired := total_expired + r.expired;
-        total_removed := total_removed + r.removed;
         total_moved := total_moved + s.retries_moved;
         total_rotations := total_rotations + s.rotated::int;
         IF s.retries_moved > 0 THEN
@@ -384,6 +381,18 @@ BEGIN
      WHERE k.key IN (SELECT u.key FROM s3p.unique_keys u
                       WHERE NOT EXISTS (SELECT 1 FROM s3p.job_index i WHERE i.id = u.job_id)
                       LIMIT batch);
+    FOR q IN SELECT name, schema_name, settings FROM s3p.queues ORDER BY name LOOP
+        CONTINUE WHEN NOT EXISTS (SELECT 1 FROM s3p.queues x WHERE x.name = q.name);
+        EXECUTE format('SELECT * FROM %I.maintain($1, $2)', q.schema_name)
+            INTO r
+            USING coalesce((q.settings->>'job_retention_ms')::bigint, default_retention_ms), batch;
+        total_released := total_released + r.released;
+        total_expired := total_expired + r.expired;
+        total_removed := total_removed + r.removed;
+        IF r.released > 0 THEN
+            PERFORM pg_notify('s3p_jobs', q.name);
+        END IF;
+    END LOOP;
     RETURN QUERY SELECT true, total_released, total_expired, total_removed, total_moved, total_rotations;
 END
 $$;
