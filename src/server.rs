@@ -5,6 +5,7 @@ use std::net::SocketAddr;
 use std::sync::Arc;
 use std::time::Duration;
 
+use axum::serve::ListenerExt;
 use tokio::net::TcpListener;
 use tokio::sync::watch;
 use tokio::task::JoinSet;
@@ -87,6 +88,14 @@ pub struct RunningServer {
     shutdown_timeout: Duration,
 }
 
+/// Disables Nagle's algorithm: small gRPC frames (trailers, stream items) must not wait for the
+/// peer's delayed ACK, which adds ~40 ms per response.
+fn no_delay(stream: &mut tokio::net::TcpStream) {
+    if let Err(error) = stream.set_nodelay(true) {
+        tracing::debug!(%error, "could not set TCP_NODELAY");
+    }
+}
+
 async fn bind(address: &str) -> Result<TcpListener, StartError> {
     TcpListener::bind(address)
         .await
@@ -147,7 +156,7 @@ pub async fn start(settings: ServerSettings) -> Result<RunningServer, StartError
     })?;
     let mut stop = shutdown.subscribe();
     tasks.spawn(async move {
-        axum::serve(listener, app)
+        axum::serve(listener.tap_io(no_delay), app)
             .with_graceful_shutdown(async move {
                 let _ = stop.wait_for(|s| *s).await;
             })
@@ -161,7 +170,7 @@ pub async fn start(settings: ServerSettings) -> Result<RunningServer, StartError
         let grpc_app = middleware::apply(grpc, stack);
         let mut stop = shutdown.subscribe();
         tasks.spawn(async move {
-            axum::serve(listener, grpc_app)
+            axum::serve(listener.tap_io(no_delay), grpc_app)
                 .with_graceful_shutdown(async move {
                     let _ = stop.wait_for(|s| *s).await;
                 })
