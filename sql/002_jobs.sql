@@ -98,6 +98,23 @@ BEGIN
 END
 $$;
 
+-- Records one lifecycle event per job in one statement: `event_types[i]` of job i, with
+-- `extras[i]` joining its standard data; the set form of s3p.emit for the batch paths.
+CREATE OR REPLACE FUNCTION s3p.emit_all(event_types text[], jobs s3p.job[], extras jsonb[]) RETURNS void
+LANGUAGE plpgsql AS $$
+BEGIN
+    IF cardinality(jobs) > 0 THEN
+        INSERT INTO s3p.events (type, job_id, queue, job_type, data)
+        SELECT event_types[i], (jobs[i]).id, (jobs[i]).queue, (jobs[i]).type,
+               jsonb_build_object('job_id', (jobs[i]).id, 'job_type', (jobs[i]).type, 'queue', (jobs[i]).queue,
+                                  'state', (jobs[i]).state, 'attempt', (jobs[i]).attempt)
+               || coalesce(extras[i], '{}')
+          FROM generate_subscripts(jobs, 1) AS i
+         ORDER BY i;
+    END IF;
+END
+$$;
+
 -- Enqueues one job given as JSON with s3p.job field names; creates the queue on first use. A
 -- unique job that hits `ignore` returns the existing job instead (the caller sees another id).
 -- `rate_limit_per_second`, when present, becomes the queue's claim rate.
@@ -140,15 +157,62 @@ BEGIN
 END
 $$;
 
--- Enqueues a JSON array of jobs atomically: all or none.
+-- Enqueues a JSON array of jobs atomically: all or none, answered in the order given. Jobs of one
+-- queue are stored with one insert, one index insert and one NOTIFY; unique jobs and rate-limit
+-- settings take the single path, job by job, for their per-job checks.
 CREATE OR REPLACE FUNCTION s3p.enqueue_batch(jobs jsonb) RETURNS SETOF s3p.job
 LANGUAGE plpgsql AS $$
 DECLARE
-    job jsonb;
+    job          jsonb;
+    part         record;
+    queue_schema text;
+    stored       s3p.job[] := '{}';
+    added        s3p.job[];
+    clash        uuid;
 BEGIN
-    FOR job IN SELECT value FROM jsonb_array_elements(jobs) WITH ORDINALITY ORDER BY ordinality LOOP
-        RETURN QUERY SELECT * FROM s3p.enqueue(job);
+    IF EXISTS (SELECT 1 FROM jsonb_array_elements(jobs) AS e(value)
+                WHERE e.value ? 'rate_limit_per_second' OR e.value->>'unique_key' IS NOT NULL) THEN
+        FOR job IN SELECT value FROM jsonb_array_elements(jobs) WITH ORDINALITY ORDER BY ordinality LOOP
+            RETURN QUERY SELECT * FROM s3p.enqueue(job);
+        END LOOP;
+        RETURN;
+    END IF;
+    FOR part IN
+        SELECT r.queue, array_agg(r ORDER BY e.ord) AS batch
+          FROM jsonb_array_elements(jobs) WITH ORDINALITY AS e(value, ord),
+               LATERAL jsonb_populate_record(NULL::s3p.job, e.value) AS r
+         GROUP BY r.queue
+         ORDER BY min(e.ord)
+    LOOP
+        queue_schema := s3p.ensure_queue_schema(part.queue);
+        SELECT b.id INTO clash FROM unnest(part.batch::s3p.job[]) AS b GROUP BY b.id HAVING count(*) > 1 LIMIT 1;
+        IF clash IS NULL THEN
+            WITH indexed AS (
+                INSERT INTO s3p.job_index (id, queue)
+                SELECT b.id, part.queue FROM unnest(part.batch::s3p.job[]) AS b
+                ON CONFLICT (id) DO NOTHING
+                RETURNING id
+            )
+            SELECT b.id INTO clash FROM unnest(part.batch::s3p.job[]) AS b
+             WHERE b.id NOT IN (SELECT id FROM indexed) LIMIT 1;
+        END IF;
+        IF clash IS NOT NULL THEN
+            RAISE EXCEPTION 'a job with id % already exists', clash
+                USING ERRCODE = 'PV411', DETAIL = clash::text;
+        END IF;
+        PERFORM s3p.check_job_quota(part.queue, queue_schema, cardinality(part.batch));
+        EXECUTE format('SELECT coalesce(array_agg(j), ''{}'') FROM %I.enqueue_many($1) AS j', queue_schema)
+           INTO added USING part.batch::s3p.job[];
+        stored := stored || added;
     END LOOP;
+    IF EXISTS (SELECT 1 FROM unnest(stored) AS j WHERE j.state = 'available') THEN
+        PERFORM pg_notify('s3p_jobs', j.queue)
+           FROM (SELECT DISTINCT u.queue FROM unnest(stored) AS u WHERE u.state = 'available') AS j;
+    END IF;
+    RETURN QUERY
+        SELECT j.* FROM unnest(stored) AS j
+          JOIN jsonb_array_elements(jobs) WITH ORDINALITY AS e(value, ord) ON (e.value->>'id')::uuid = j.id
+         ORDER BY e.ord;
 END
 $$;
 
@@ -195,6 +259,30 @@ LANGUAGE plpgsql AS $$
 BEGIN
     RETURN QUERY EXECUTE format('SELECT * FROM %I.ack($1, $2, $3)', s3p.job_schema(job_id))
         USING job_id, token, job_result;
+END
+$$;
+
+-- Completes many active jobs in one transaction (one commit for all): the jobs it completed, in
+-- no particular order. Ids it leaves out were unknown, stale or not active; the caller acks those
+-- one by one for their precise error.
+CREATE OR REPLACE FUNCTION s3p.ack_many(ids uuid[], tokens uuid[], results jsonb[]) RETURNS SETOF s3p.job
+LANGUAGE plpgsql AS $$
+DECLARE
+    part record;
+BEGIN
+    FOR part IN
+        SELECT q.schema_name, array_agg(u.ord ORDER BY u.ord) AS ords
+          FROM unnest(ids) WITH ORDINALITY AS u(id, ord)
+          JOIN s3p.job_index i ON i.id = u.id
+          JOIN s3p.queues q ON q.name = i.queue
+         GROUP BY q.schema_name
+         ORDER BY q.schema_name
+    LOOP
+        RETURN QUERY EXECUTE format('SELECT * FROM %I.ack_many($1, $2, $3)', part.schema_name)
+            USING ARRAY(SELECT ids[o] FROM unnest(part.ords) AS o),
+                  ARRAY(SELECT tokens[o] FROM unnest(part.ords) AS o),
+                  ARRAY(SELECT results[o] FROM unnest(part.ords) AS o);
+    END LOOP;
 END
 $$;
 

@@ -50,30 +50,46 @@ BEGIN
 END
 $fn$;
 
--- Stores a new job; the state follows from `pending` and `scheduled_at`.
-CREATE OR REPLACE FUNCTION __SCHEMA__.enqueue(new_job s3p.job) RETURNS s3p.job
+-- Stores new jobs in one statement, in the order given; each state follows from `pending` and
+-- `scheduled_at`.
+CREATE OR REPLACE FUNCTION __SCHEMA__.enqueue_many(new_jobs s3p.job[]) RETURNS SETOF s3p.job
 LANGUAGE plpgsql AS $fn$
 DECLARE
-    stored s3p.job;
+    stored s3p.job[];
 BEGIN
-    new_job.created_at := now();
-    new_job.attempt := 0;
-    IF new_job.state = 'pending' THEN
-        new_job.run_at := coalesce(new_job.scheduled_at, now());
-    ELSIF new_job.scheduled_at > now() THEN
-        new_job.state := 'scheduled';
-        new_job.run_at := new_job.scheduled_at;
-    ELSE
-        new_job.state := 'available';
-        new_job.run_at := now();
-        new_job.enqueued_at := now();
-    END IF;
-    new_job.seq := nextval('__SCHEMA__.job_seq');
-    INSERT INTO __SCHEMA__.jobs SELECT new_job.* RETURNING * INTO stored;
-    PERFORM s3p.emit(CASE stored.state WHEN 'scheduled' THEN 'job.scheduled' ELSE 'job.enqueued' END, stored,
-                     jsonb_build_object('priority', stored.priority, 'scheduled_at', stored.scheduled_at));
-    RETURN stored;
+    FOR i IN 1 .. coalesce(cardinality(new_jobs), 0) LOOP
+        new_jobs[i].created_at := now();
+        new_jobs[i].attempt := 0;
+        IF new_jobs[i].state = 'pending' THEN
+            new_jobs[i].run_at := coalesce(new_jobs[i].scheduled_at, now());
+        ELSIF new_jobs[i].scheduled_at > now() THEN
+            new_jobs[i].state := 'scheduled';
+            new_jobs[i].run_at := new_jobs[i].scheduled_at;
+        ELSE
+            new_jobs[i].state := 'available';
+            new_jobs[i].run_at := now();
+            new_jobs[i].enqueued_at := now();
+        END IF;
+        new_jobs[i].seq := nextval('__SCHEMA__.job_seq');
+    END LOOP;
+    WITH inserted AS (
+        INSERT INTO __SCHEMA__.jobs SELECT * FROM unnest(new_jobs) RETURNING *
+    )
+    SELECT coalesce(array_agg(i ORDER BY i.seq), '{}') INTO stored FROM inserted i;
+    PERFORM s3p.emit_all(
+        ARRAY(SELECT CASE (stored[i]).state WHEN 'scheduled' THEN 'job.scheduled' ELSE 'job.enqueued' END
+                FROM generate_subscripts(stored, 1) AS i ORDER BY i),
+        stored,
+        ARRAY(SELECT jsonb_build_object('priority', (stored[i]).priority, 'scheduled_at', (stored[i]).scheduled_at)
+                FROM generate_subscripts(stored, 1) AS i ORDER BY i));
+    RETURN QUERY SELECT * FROM unnest(stored);
 END
+$fn$;
+
+-- Stores one new job.
+CREATE OR REPLACE FUNCTION __SCHEMA__.enqueue(new_job s3p.job) RETURNS s3p.job
+LANGUAGE sql AS $fn$
+    SELECT * FROM __SCHEMA__.enqueue_many(ARRAY[new_job])
 $fn$;
 
 -- One job, with the state a reader should see: due scheduled/retryable work and expired leases
@@ -100,6 +116,7 @@ LANGUAGE plpgsql AS $fn$
 DECLARE
     got int := 0;
     claimed s3p.job;
+    started s3p.job[] := '{}';
 BEGIN
     wanted := __SCHEMA__.rate_allowance(wanted, per_second);
     IF wanted <= 0 THEN
@@ -132,10 +149,12 @@ BEGIN
         RETURNING j.*
     LOOP
         got := got + 1;
-        PERFORM s3p.emit('job.started', claimed, jsonb_build_object('worker_id', worker));
+        started := started || claimed;
         RETURN NEXT claimed;
     END LOOP;
     IF got >= wanted THEN
+        PERFORM s3p.emit_all(array_fill('job.started'::text, ARRAY[cardinality(started)]), started,
+                             array_fill(jsonb_build_object('worker_id', worker), ARRAY[cardinality(started)]));
         RETURN;
     END IF;
 
@@ -164,9 +183,11 @@ BEGIN
     )
     SELECT * FROM claimed_now ORDER BY priority DESC, run_at, seq
     LOOP
-        PERFORM s3p.emit('job.started', claimed, jsonb_build_object('worker_id', worker));
+        started := started || claimed;
         RETURN NEXT claimed;
     END LOOP;
+    PERFORM s3p.emit_all(array_fill('job.started'::text, ARRAY[cardinality(started)]), started,
+                         array_fill(jsonb_build_object('worker_id', worker), ARRAY[cardinality(started)]));
 END
 $fn$;
 
@@ -204,20 +225,47 @@ $fn$;
 CREATE OR REPLACE FUNCTION __SCHEMA__.ack(job_id uuid, token uuid, job_result jsonb)
 RETURNS SETOF s3p.job
 LANGUAGE plpgsql AS $fn$
-DECLARE
-    stored s3p.job;
 BEGIN
+    -- Raises the precise error; the completion itself is the batch path's.
     PERFORM __SCHEMA__.lock_active(job_id, token);
-    UPDATE __SCHEMA__.jobs
-       SET state = 'completed', previous_state = 'active', completed_at = now(), result = job_result,
-           error = NULL, lease_token = NULL, lease_expires_at = NULL
-     WHERE id = job_id
-    RETURNING * INTO stored;
-    PERFORM s3p.emit('job.completed', stored, jsonb_build_object(
-        'duration_ms', round(extract(epoch FROM stored.completed_at - stored.started_at) * 1000),
-        'result', stored.result));
-    PERFORM __SCHEMA__.settled(stored);
-    RETURN NEXT stored;
+    RETURN QUERY SELECT * FROM __SCHEMA__.ack_many(ARRAY[job_id], ARRAY[token], ARRAY[job_result]);
+END
+$fn$;
+
+-- Completes the active jobs among `ids` whose lease token matches (a NULL token matches any), in
+-- one statement, and returns those it completed. Ids it skips (unknown, stale lease, not active)
+-- are left unchanged for the caller to ack one by one, which raises the precise error. Rows are
+-- locked in id order so concurrent batches cannot deadlock.
+CREATE OR REPLACE FUNCTION __SCHEMA__.ack_many(ids uuid[], tokens uuid[], results jsonb[])
+RETURNS SETOF s3p.job
+LANGUAGE plpgsql AS $fn$
+DECLARE
+    done s3p.job[];
+    job s3p.job;
+BEGIN
+    PERFORM 1 FROM __SCHEMA__.jobs j WHERE j.id = ANY (ids) ORDER BY j.id FOR UPDATE;
+    WITH input AS (
+        SELECT i.id, i.token, i.result FROM unnest(ids, tokens, results) AS i(id, token, result)
+    ), completed AS (
+        UPDATE __SCHEMA__.jobs j
+           SET state = 'completed', previous_state = 'active', completed_at = now(), result = i.result,
+               error = NULL, lease_token = NULL, lease_expires_at = NULL
+          FROM input i
+         WHERE j.id = i.id AND j.state = 'active' AND (i.token IS NULL OR i.token = j.lease_token)
+        RETURNING j.*
+    )
+    SELECT coalesce(array_agg(c ORDER BY c.seq), '{}') INTO done FROM completed c;
+    PERFORM s3p.emit_all(array_fill('job.completed'::text, ARRAY[cardinality(done)]), done, ARRAY(
+        SELECT jsonb_build_object(
+                   'duration_ms', round(extract(epoch FROM (done[i]).completed_at - (done[i]).started_at) * 1000),
+                   'result', (done[i]).result)
+          FROM generate_subscripts(done, 1) AS i ORDER BY i));
+    FOREACH job IN ARRAY done LOOP
+        IF job.workflow_id IS NOT NULL THEN
+            PERFORM __SCHEMA__.settled(job);
+        END IF;
+        RETURN NEXT job;
+    END LOOP;
 END
 $fn$;
 

@@ -1404,3 +1404,165 @@ async fn expired_jobs_are_never_delivered() {
     assert!(job.completed_at.is_none(), "never completed: {job:?}");
     assert_eq!(job.attempt, 0);
 }
+
+/// The batch-ack extension completes every job whose lease holds with one request and answers
+/// the others exactly as single acks would (stale lease, not active, unknown), in request order.
+#[tokio::test]
+async fn batch_ack_over_http_completes_valid_acks_and_names_each_failure() {
+    let app = common::spawn_app().await;
+    let http = Http::new(&app);
+    for n in 0..4 {
+        http.enqueue(json!({"type": "batch.ack", "args": [n], "options": {"queue": "bat"}}))
+            .await;
+    }
+    let claimed = http.fetch(json!({"queues": ["bat"], "count": 4})).await;
+    assert_eq!(claimed.len(), 4);
+    // One job is already completed: acking it again (without a token) is a conflict.
+    http.ack(&claimed[3]).await;
+    let unknown = "019a0000-0000-7000-8000-000000000001";
+    let (status, answer) = http
+        .post(
+            "/ojs/v1/workers/ack/batch",
+            json!({"acks": [
+                {"job_id": claimed[0]["id"], "lease_token": claimed[0]["lease_token"], "result": {"n": 0}},
+                {"job_id": claimed[1]["id"], "lease_token": "019a0000-0000-7000-8000-0000000000ff"},
+                {"job_id": claimed[2]["id"], "lease_token": claimed[2]["lease_token"], "result": [2]},
+                {"job_id": claimed[3]["id"]},
+                {"job_id": unknown},
+            ]}),
+        )
+        .await;
+    assert_eq!(status, StatusCode::OK, "batch ack: {answer}");
+    assert_eq!(answer["acknowledged"], 2, "{answer}");
+    let results = answer["results"].as_array().expect("results");
+    let outcome: Vec<(String, bool, Value)> = results
+        .iter()
+        .map(|r| {
+            (
+                r["job_id"].as_str().expect("job_id").to_string(),
+                r["acknowledged"].as_bool().expect("acknowledged"),
+                r["error"]["code"].clone(),
+            )
+        })
+        .collect();
+    assert_eq!(
+        outcome,
+        vec![
+            (id_of(&claimed[0]), true, Value::Null),
+            (id_of(&claimed[1]), false, json!("stale_lease")),
+            (id_of(&claimed[2]), true, Value::Null),
+            (id_of(&claimed[3]), false, json!("conflict")),
+            (unknown.to_string(), false, json!("not_found")),
+        ]
+    );
+    assert_eq!(results[0]["state"], "completed");
+    let first = http.job(&id_of(&claimed[0])).await;
+    assert_eq!(
+        (first["state"].clone(), first["result"].clone()),
+        (json!("completed"), json!({"n": 0}))
+    );
+    assert_eq!(http.job(&id_of(&claimed[2])).await["result"], json!([2]));
+    // The stale ack changed nothing: the job is still active under its real lease.
+    assert_eq!(http.job(&id_of(&claimed[1])).await["state"], "active");
+    http.ack(&claimed[1]).await;
+
+    // Malformed batches are refused whole and change nothing.
+    for bad in [
+        json!({"acks": []}),
+        json!({"acks": [{"job_id": "not-a-uuid"}]}),
+        json!({"acks": [{"job_id": claimed[0]["id"]}, {"job_id": claimed[0]["id"]}]}),
+        json!({"acks": "all"}),
+    ] {
+        let (status, answer) = http.post("/ojs/v1/workers/ack/batch", bad.clone()).await;
+        assert_eq!(status, StatusCode::BAD_REQUEST, "{bad}: {answer}");
+        assert_eq!(
+            answer["error"]["code"], "invalid_request",
+            "{bad}: {answer}"
+        );
+    }
+    let events = http
+        .get("/ojs/v1/events?types=job.completed&queues=bat&limit=100")
+        .await
+        .1;
+    let completed: Vec<&Value> = events["events"]
+        .as_array()
+        .expect("events")
+        .iter()
+        .filter(|e| e["data"]["queue"] == "bat")
+        .collect();
+    assert_eq!(
+        completed.len(),
+        4,
+        "one job.completed per completed job: {events}"
+    );
+    app.stop().await;
+}
+
+/// The same extension over gRPC (`pgvs3.v1.WorkerService/AckBatch`).
+#[tokio::test]
+async fn batch_ack_over_grpc_completes_valid_acks_and_names_each_failure() {
+    use pgvs3::grpc::proto::pgvs3::v1 as ext;
+    let app = common::spawn_app().await;
+    let mut grpc = app.grpc().await;
+    let mut workers =
+        ext::worker_service_client::WorkerServiceClient::connect(app.grpc_url.clone())
+            .await
+            .expect("connect gRPC");
+    for _ in 0..2 {
+        grpc_enqueue(
+            &mut grpc,
+            pb::EnqueueOptions {
+                queue: "gbat".into(),
+                ..Default::default()
+            },
+        )
+        .await;
+    }
+    let claimed = grpc_fetch(
+        &mut grpc,
+        pb::FetchRequest {
+            queues: vec!["gbat".into()],
+            count: 2,
+            ..Default::default()
+        },
+    )
+    .await;
+    assert_eq!(claimed.len(), 2);
+    let ack = |job: &pb::Job, token: &str| pb::AckRequest {
+        job_id: job.id.clone(),
+        lease_token: token.to_string(),
+        ..Default::default()
+    };
+    let answer = workers
+        .ack_batch(ext::AckBatchRequest {
+            acks: vec![
+                ack(&claimed[0], &claimed[0].lease_token),
+                ack(&claimed[1], "019a0000-0000-7000-8000-0000000000ff"),
+            ],
+        })
+        .await
+        .expect("ack batch")
+        .into_inner();
+    assert_eq!(answer.acknowledged, 1);
+    assert!(answer.results[0].acknowledged);
+    assert_eq!(answer.results[0].state, "completed");
+    assert_eq!(
+        answer.results[1].error.as_ref().map(|e| e.code.as_str()),
+        Some("stale_lease")
+    );
+    assert_eq!(
+        grpc_state(
+            grpc_get(&mut grpc, &claimed[1].id)
+                .await
+                .expect("job")
+                .state
+        ),
+        "active"
+    );
+    let refused = workers
+        .ack_batch(ext::AckBatchRequest { acks: vec![] })
+        .await
+        .expect_err("an empty batch is refused");
+    assert_eq!(refused.code(), tonic::Code::InvalidArgument);
+    app.stop().await;
+}

@@ -336,6 +336,59 @@ impl Service {
         self.store.ack(id, token, request.result.as_ref()).await
     }
 
+    /// Completes many active jobs with one commit (the batch-ack extension). The request is
+    /// refused whole when malformed; otherwise each ack gets its own outcome, in request order,
+    /// exactly as a single ack of it would have answered.
+    pub async fn ack_batch(
+        &self,
+        acks: Vec<AckJob>,
+    ) -> Result<Vec<Result<Job, CoreError>>, CoreError> {
+        if acks.is_empty() || acks.len() > self.settings.max_batch_jobs {
+            return Err(CoreError::invalid(format!(
+                "acks must hold between 1 and {} acks",
+                self.settings.max_batch_jobs
+            ))
+            .with_detail("field", "acks".into()));
+        }
+        let mut ids = Vec::with_capacity(acks.len());
+        let mut tokens = Vec::with_capacity(acks.len());
+        let mut results = Vec::with_capacity(acks.len());
+        let mut seen = std::collections::HashSet::with_capacity(acks.len());
+        for (i, ack) in acks.into_iter().enumerate() {
+            let at = |e: CoreError| {
+                let field = format!("acks[{i}]");
+                CoreError::invalid(format!("{field}: {}", e.message))
+                    .with_detail("field", field.into())
+            };
+            let id = validate::parse_job_id(&ack.job_id).map_err(at)?;
+            let token = self.lease_token(ack.lease_token.as_deref()).map_err(at)?;
+            if let Some(result) = &ack.result {
+                validate::check_no_nul("result", result).map_err(at)?;
+            }
+            if !seen.insert(id) {
+                return Err(at(CoreError::invalid(format!(
+                    "job {id} is acked twice in one batch"
+                ))));
+            }
+            ids.push(id);
+            tokens.push(token);
+            results.push(ack.result);
+        }
+        let completed = self.store.ack_many(&ids, &tokens, &results).await?;
+        let mut completed: std::collections::HashMap<uuid::Uuid, Job> =
+            completed.into_iter().map(|job| (job.id, job)).collect();
+        let mut outcomes = Vec::with_capacity(ids.len());
+        for (i, id) in ids.iter().enumerate() {
+            let outcome = match completed.remove(id) {
+                Some(job) => Ok(job),
+                // Not completed by the batch: the single ack names the reason.
+                None => self.store.ack(*id, tokens[i], results[i].as_ref()).await,
+            };
+            outcomes.push(outcome);
+        }
+        Ok(outcomes)
+    }
+
     /// Fails an active job: retried, requeued or discarded by its policy.
     pub async fn nack(&self, request: NackJob) -> Result<Job, CoreError> {
         let id = validate::parse_job_id(&request.job_id)?;

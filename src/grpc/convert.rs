@@ -473,3 +473,17 @@ pub fn cron_entry(c: &CronEntry) -> pb::CronEntry {
         last_run_at: c.last_run_at.as_ref().map(timestamp),
     }
 }
+
+/// An ack in core terms: `result_value` (any JSON) wins over the `result` object; an empty lease
+/// token means "not given".
+pub fn ack_job(r: pb::AckRequest) -> crate::core::AckJob {
+    let result = r
+        .result_value
+        .map(from_value)
+        .or(r.result.map(|s| serde_json::Value::Object(from_struct(s))));
+    crate::core::AckJob {
+        job_id: r.job_id,
+        lease_token: (!r.lease_token.is_empty()).then_some(r.lease_token),
+        result,
+    }
+}

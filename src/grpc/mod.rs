@@ -10,6 +10,7 @@ mod health;
 pub mod push;
 mod service;
 mod streams;
+mod workers;
 
 use std::sync::Arc;
 
@@ -21,6 +22,7 @@ pub use error::status_of;
 pub use health::HealthAdapter;
 pub use service::GrpcAdapter;
 pub use streams::StreamAdapter;
+pub use workers::WorkerAdapter;
 
 /// Messages and services generated from `proto/` by build.rs.
 #[allow(missing_docs, clippy::all)]
@@ -146,6 +148,7 @@ fn routes(
     use proto::ojs::v1::ojs_service_server::{OjsServiceServer, SERVICE_NAME as OJS};
     use proto::pgvs3::v1::admin_service_server::{AdminServiceServer, SERVICE_NAME as ADMIN};
     use proto::pgvs3::v1::stream_service_server::{SERVICE_NAME as STREAMS, StreamServiceServer};
+    use proto::pgvs3::v1::worker_service_server::{SERVICE_NAME as WORKERS, WorkerServiceServer};
     use tonic_health::pb::health_server::{HealthServer, SERVICE_NAME as HEALTH};
     let ojs = OjsServiceServer::new(GrpcAdapter::new(service.clone()))
         .max_decoding_message_size(max_message_bytes);
@@ -153,12 +156,15 @@ fn routes(
         .max_decoding_message_size(max_message_bytes);
     let admin = AdminServiceServer::new(AdminAdapter::new(service.clone()))
         .max_decoding_message_size(max_message_bytes);
+    let workers = WorkerServiceServer::new(WorkerAdapter::new(service.clone()))
+        .max_decoding_message_size(max_message_bytes);
     let health = HealthServer::new(HealthAdapter::new(
         service,
         vec![
             OJS.to_string(),
             STREAMS.to_string(),
             ADMIN.to_string(),
+            WORKERS.to_string(),
             HEALTH.to_string(),
         ],
     ));
@@ -174,6 +180,10 @@ fn routes(
         .route_service(
             &format!("/{ADMIN}/{{*rest}}"),
             with_shutdown(admin, shutdown.clone()),
+        )
+        .route_service(
+            &format!("/{WORKERS}/{{*rest}}"),
+            with_shutdown(workers, shutdown.clone()),
         )
         .route_service(
             &format!("/{HEALTH}/{{*rest}}"),

@@ -13,7 +13,7 @@ use super::push::{self, EventStream, JobStream, Shutdown, event_message};
 use super::status_of;
 use super::{answer, request_id};
 use crate::core::workflow::NewCron;
-use crate::core::{AckJob, CoreError, FetchJobs, Heartbeat, NackJob, Service};
+use crate::core::{CoreError, FetchJobs, Heartbeat, NackJob, Service};
 use crate::middleware::AdmissionSlot;
 
 /// The gRPC binding of the service.
@@ -222,17 +222,9 @@ impl OjsService for GrpcAdapter {
         request: Request<pb::AckRequest>,
     ) -> Result<Response<pb::AckResponse>, Status> {
         let id = request_id(&request);
-        let r = request.into_inner();
-        let result = r.result_value.map(convert::from_value).or(r
-            .result
-            .map(|s| serde_json::Value::Object(convert::from_struct(s))));
         let acked = self
             .service
-            .ack(AckJob {
-                job_id: r.job_id,
-                lease_token: (!r.lease_token.is_empty()).then_some(r.lease_token),
-                result,
-            })
+            .ack(convert::ack_job(request.into_inner()))
             .await;
         answer(
             &id,

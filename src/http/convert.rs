@@ -458,3 +458,27 @@ pub fn event(e: &crate::core::events::Event) -> types::Event {
         data: e.data.as_object().cloned().unwrap_or_default(),
     }
 }
+
+/// One ack of a batch: the completed job, or the error a single ack would have answered.
+pub fn ack_outcome(
+    job_id: String,
+    outcome: Result<Job, CoreError>,
+    request_id: &str,
+) -> types::AckOutcome {
+    match outcome {
+        Ok(job) => types::AckOutcome {
+            job_id,
+            acknowledged: true,
+            state: Some(job.state.as_str().to_string()),
+            completed_at: job.completed_at.as_ref().map(format_time),
+            error: None,
+        },
+        Err(error) => types::AckOutcome {
+            job_id,
+            acknowledged: false,
+            state: None,
+            completed_at: None,
+            error: serde_json::from_value(super::error::error_body(&error, Some(request_id))).ok(),
+        },
+    }
+}

@@ -74,29 +74,44 @@ fn hint_of(kind: ErrorKind) -> &'static str {
     }
 }
 
+/// The OJS error object (`ErrorBody`) of a core error: the envelope's `error`, and the per-item
+/// error of a batch answer.
+pub fn error_body(error: &CoreError, request_id: Option<&str>) -> serde_json::Value {
+    let kind = error.kind;
+    let error_type = match kind {
+        ErrorKind::InvalidRequest | ErrorKind::InvalidPayload | ErrorKind::ValidationError => {
+            "validation_error"
+        }
+        other => other.code(),
+    };
+    let mut body = json!({
+        "code": kind.code(),
+        "message": error.message,
+        "retryable": kind.retryable(),
+        "type": error_type,
+        "hint": hint_of(kind),
+        "docs_url": format!("https://openjobspec.org/spec/errors#{}", kind.code()),
+    });
+    if let Some(details) = &error.details {
+        body["details"] = details.clone().into();
+    }
+    if let Some(id) = request_id {
+        body["request_id"] = id.into();
+    }
+    body
+}
+
+impl ApiError {
+    /// The OJS error envelope (`{"error": ...}`) the HTTP answer of this error carries.
+    pub fn envelope(&self) -> serde_json::Value {
+        json!({ "error": error_body(&self.error, self.request_id.as_deref()) })
+    }
+}
+
 impl IntoResponse for ApiError {
     fn into_response(self) -> Response {
         let kind = self.error.kind;
-        let error_type = match kind {
-            ErrorKind::InvalidRequest | ErrorKind::InvalidPayload | ErrorKind::ValidationError => {
-                "validation_error"
-            }
-            other => other.code(),
-        };
-        let mut body = json!({
-            "code": kind.code(),
-            "message": self.error.message,
-            "retryable": kind.retryable(),
-            "type": error_type,
-            "hint": hint_of(kind),
-            "docs_url": format!("https://openjobspec.org/spec/errors#{}", kind.code()),
-        });
-        if let Some(details) = self.error.details {
-            body["details"] = details.into();
-        }
-        if let Some(id) = self.request_id {
-            body["request_id"] = id.into();
-        }
+        let body = error_body(&self.error, self.request_id.as_deref());
         let mut response = super::ojs_json(status_of(kind), &json!({ "error": body }));
         if kind == ErrorKind::RateLimited {
             response

@@ -198,6 +198,33 @@ impl api::HttpApi for HttpAdapter {
         }))
     }
 
+    async fn ack_jobs(
+        &self,
+        ctx: RequestContext,
+        body: types::AckBatchRequest,
+    ) -> Result<api::AckJobsResponse, ApiError> {
+        let ids: Vec<String> = body.acks.iter().map(|a| a.job_id.clone()).collect();
+        let acks = body
+            .acks
+            .into_iter()
+            .map(|a| AckJob {
+                job_id: a.job_id,
+                lease_token: a.lease_token,
+                result: a.result,
+            })
+            .collect();
+        let outcomes = self.service.ack_batch(acks).await?;
+        let results: Vec<types::AckOutcome> = ids
+            .into_iter()
+            .zip(outcomes)
+            .map(|(id, outcome)| convert::ack_outcome(id, outcome, &ctx.request_id))
+            .collect();
+        Ok(api::AckJobsResponse::Ok(types::AckBatchResponse {
+            acknowledged: results.iter().filter(|r| r.acknowledged).count() as i64,
+            results,
+        }))
+    }
+
     async fn nack_job(
         &self,
         _ctx: RequestContext,

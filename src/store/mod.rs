@@ -359,6 +359,25 @@ impl Store {
         one(rows, id)
     }
 
+    /// `s3p.ack_many`: completes in one transaction the jobs whose lease still holds; the jobs it
+    /// completed (the others are for the caller to ack one by one).
+    #[tracing::instrument(name = "db", skip_all, fields(op = "ack_many", jobs = ids.len()))]
+    pub async fn ack_many(
+        &self,
+        ids: &[Uuid],
+        tokens: &[Option<Uuid>],
+        results: &[Option<Value>],
+    ) -> Result<Vec<Job>, CoreError> {
+        let rows = sqlx::query_as("SELECT * FROM s3p.ack_many($1, $2, $3)")
+            .bind(ids)
+            .bind(tokens)
+            .bind(results)
+            .fetch_all(&self.pool)
+            .await
+            .map_err(map_db_error)?;
+        jobs(rows)
+    }
+
     /// `s3p.nack`.
     #[tracing::instrument(name = "db", skip_all, fields(op = "nack"))]
     pub async fn nack(
