@@ -11,6 +11,7 @@ use crate::{BenchError, Protocol, Result};
 
 type OjsClient = ojs::ojs_service_client::OjsServiceClient<Channel>;
 type StreamClient = streams::stream_service_client::StreamServiceClient<Channel>;
+type WorkerClient = streams::worker_service_client::WorkerServiceClient<Channel>;
 
 /// A claimed job.
 #[derive(Debug, Clone)]
@@ -107,7 +108,7 @@ fn grpc_job_args(i: usize) -> Vec<prost_types::Value> {
 /// A job worker/producer over one protocol, on its own connection.
 pub enum Jobs {
     Http(Http),
-    Grpc(OjsClient),
+    Grpc(OjsClient, WorkerClient),
 }
 
 #[derive(Deserialize)]
@@ -131,7 +132,10 @@ impl Jobs {
     pub async fn connect(protocol: Protocol, base: &str) -> Result<Jobs> {
         Ok(match protocol {
             Protocol::Http => Jobs::Http(Http::new(base)?),
-            Protocol::Grpc => Jobs::Grpc(OjsClient::new(channel(base).await?)),
+            Protocol::Grpc => {
+                let channel = channel(base).await?;
+                Jobs::Grpc(OjsClient::new(channel.clone()), WorkerClient::new(channel))
+            }
         })
     }
 
@@ -185,7 +189,7 @@ impl Jobs {
                     serde_json::from_slice(&http.post("/ojs/v1/jobs/batch", body).await?)?;
                 Ok(answer.count)
             }
-            (Jobs::Grpc(grpc), Prepared::Grpc(request)) => {
+            (Jobs::Grpc(grpc, _), Prepared::Grpc(request)) => {
                 let answer = grpc
                     .enqueue_batch(request)
                     .await
@@ -204,7 +208,7 @@ impl Jobs {
                                   "options": {"queue": queue}});
                 http.post("/ojs/v1/jobs", body.to_string()).await.map(drop)
             }
-            Jobs::Grpc(grpc) => grpc
+            Jobs::Grpc(grpc, _) => grpc
                 .enqueue(ojs::EnqueueRequest {
                     r#type: "bench.job".into(),
                     args: grpc_job_args(i),
@@ -244,7 +248,7 @@ impl Jobs {
                     })
                     .collect())
             }
-            Jobs::Grpc(grpc) => {
+            Jobs::Grpc(grpc, _) => {
                 let answer = grpc
                     .fetch(ojs::FetchRequest {
                         queues: vec![queue.into()],
@@ -278,7 +282,7 @@ impl Jobs {
                     .await
                     .map(drop)
             }
-            Jobs::Grpc(grpc) => grpc
+            Jobs::Grpc(grpc, _) => grpc
                 .ack(ojs::AckRequest {
                     job_id: claim.id.clone(),
                     lease_token: claim.token.clone(),
@@ -290,6 +294,59 @@ impl Jobs {
                 .map_err(|s| grpc_error("Ack", s)),
         }
     }
+}
+
+impl Jobs {
+    /// Completes claimed jobs with one batch-ack request (the pgvs3 extension).
+    pub async fn ack_batch(&mut self, claims: &[Claim], worker: &str) -> Result<()> {
+        let acknowledged = match self {
+            Jobs::Http(http) => {
+                let acks: Vec<Value> = claims
+                    .iter()
+                    .map(|c| json!({"job_id": c.id, "lease_token": c.token, "worker_id": worker}))
+                    .collect();
+                let answer: AckBatchAnswer = serde_json::from_slice(
+                    &http
+                        .post(
+                            "/ojs/v1/workers/ack/batch",
+                            json!({"acks": acks}).to_string(),
+                        )
+                        .await?,
+                )?;
+                answer.acknowledged
+            }
+            Jobs::Grpc(_, workers) => {
+                let answer = workers
+                    .ack_batch(streams::AckBatchRequest {
+                        acks: claims
+                            .iter()
+                            .map(|c| ojs::AckRequest {
+                                job_id: c.id.clone(),
+                                lease_token: c.token.clone(),
+                                worker_id: worker.into(),
+                                ..Default::default()
+                            })
+                            .collect(),
+                    })
+                    .await
+                    .map_err(|s| grpc_error("AckBatch", s))?;
+                usize::try_from(answer.into_inner().acknowledged)?
+            }
+        };
+        if acknowledged != claims.len() {
+            return Err(format!(
+                "batch ack completed {acknowledged} of {} jobs",
+                claims.len()
+            )
+            .into());
+        }
+        Ok(())
+    }
+}
+
+#[derive(Deserialize)]
+struct AckBatchAnswer {
+    acknowledged: usize,
 }
 
 /// A stream producer/consumer over one protocol, on its own connection.

@@ -386,9 +386,107 @@ async fn jobs_work(
         note: format!("{batches} batches of {}, 1 client", args.batch),
     });
 
+    for ack in [AckMode::Each, AckMode::Batch] {
+        if ack == AckMode::Batch {
+            // The same jobs again, for the batch-ack work-off.
+            for body in Jobs::batches(protocol, queue, args.jobs, args.batch) {
+                client.enqueue_batch(body).await?;
+            }
+        }
+        let before = count_completed(&served.database.url, &schema).await?;
+        let (elapsed, fetches, acks) = work_off(protocol, &served.base, args, queue, ack).await?;
+        let completed = count_completed(&served.database.url, &schema).await? - before;
+        let done: usize = acks.iter().map(|(_, n)| n).sum();
+        if done != args.jobs || completed != args.jobs {
+            return Err(format!(
+                "{p} work-off acked {done} and completed {completed} of {} jobs",
+                args.jobs
+            )
+            .into());
+        }
+        let ack_ms: Vec<f64> = acks.iter().map(|(ms, _)| *ms).collect();
+        report.add(Figure {
+            name: format!("{p}.jobs.{}", ack.figure()),
+            value: per_second(args.jobs, elapsed),
+            unit: "jobs/s",
+            floor: Some("floor.jobs.work".into()),
+            target: Some(Target::RatioAtLeast(match protocol {
+                Protocol::Http => 1.0,
+                Protocol::Grpc => 1.2,
+            })),
+            note: format!(
+                "{} workers, fetch {} then {}; fetch p50 {:.2} ms, ack p50 {:.2} / p99 {:.2} ms",
+                args.workers,
+                args.fetch,
+                ack.describe(),
+                percentile(&fetches, 0.5),
+                percentile(&ack_ms, 0.5),
+                percentile(&ack_ms, 0.99)
+            ),
+        });
+    }
+
+    let database = served.stop().await;
+    let stats = db::settled_stats(&database).await?;
+    // Both work-offs (ack each, batch ack) completed `args.jobs` jobs.
+    let jobs_done = 2 * args.jobs;
+    let churn = db::churn(&stats, jobs_done as f64);
+    report.add(Figure {
+        name: format!("{p}.jobs.dead_tuples_per_job"),
+        value: churn.updated_or_deleted as f64 / jobs_done as f64,
+        unit: "tuples/job",
+        floor: Some("floor.jobs.dead_tuples_per_job".into()),
+        target: Some(Target::AtMost(2.0)),
+        note: format!(
+            "dead versions made by enqueue + work-off (n_dead_tup left {:.2}/job): {}",
+            churn.dead as f64 / jobs_done as f64,
+            churn.detail
+        ),
+    });
+    pg.drop_database(database).await;
+    Ok(())
+}
+
+/// How a work-off worker completes the jobs of one fetch.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum AckMode {
+    /// One ack request per job (the OJS worker protocol).
+    Each,
+    /// One batch-ack request per fetch (the pgvs3 extension).
+    Batch,
+}
+
+impl AckMode {
+    fn figure(self) -> &'static str {
+        match self {
+            AckMode::Each => "work",
+            AckMode::Batch => "work_batch_ack",
+        }
+    }
+
+    fn describe(self) -> &'static str {
+        match self {
+            AckMode::Each => "ack each",
+            AckMode::Batch => "one batch ack per fetch",
+        }
+    }
+}
+
+/// Latencies of one work-off: fetch times, and each ack request's time with the jobs it acked.
+type WorkOff = (Duration, Vec<f64>, Vec<(f64, usize)>);
+
+/// `args.workers` workers, each on its own connection, fetch (`wait_ms` 0) and ack until a fetch
+/// comes back empty.
+async fn work_off(
+    protocol: Protocol,
+    base: &str,
+    args: &Args,
+    queue: &'static str,
+    ack: AckMode,
+) -> Result<WorkOff> {
     let mut workers = JoinSet::new();
     for w in 0..args.workers {
-        let mut client = Jobs::connect(protocol, &served.base).await?;
+        let mut client = Jobs::connect(protocol, base).await?;
         let fetch = args.fetch;
         workers.spawn(async move {
             let worker = format!("bench-worker-{w}");
@@ -400,10 +498,19 @@ async fn jobs_work(
                 if claims.is_empty() {
                     return Ok::<_, BenchError>((fetches, acks));
                 }
-                for claim in &claims {
-                    let started = Instant::now();
-                    client.ack(claim, &worker).await?;
-                    acks.push(millis(started.elapsed()));
+                match ack {
+                    AckMode::Each => {
+                        for claim in &claims {
+                            let started = Instant::now();
+                            client.ack(claim, &worker).await?;
+                            acks.push((millis(started.elapsed()), 1));
+                        }
+                    }
+                    AckMode::Batch => {
+                        let started = Instant::now();
+                        client.ack_batch(&claims, &worker).await?;
+                        acks.push((millis(started.elapsed()), claims.len()));
+                    }
                 }
             }
         });
@@ -415,52 +522,7 @@ async fn jobs_work(
         fetches.extend(f);
         acks.extend(a);
     }
-    let elapsed = started.elapsed();
-    let done = acks.len();
-    let completed = count_completed(&served.database.url, &schema).await?;
-    if done != args.jobs || completed != args.jobs {
-        return Err(format!(
-            "{p} work-off acked {done} and completed {completed} of {} jobs",
-            args.jobs
-        )
-        .into());
-    }
-    report.add(Figure {
-        name: format!("{p}.jobs.work"),
-        value: per_second(args.jobs, elapsed),
-        unit: "jobs/s",
-        floor: Some("floor.jobs.work".into()),
-        target: Some(Target::RatioAtLeast(match protocol {
-            Protocol::Http => 1.0,
-            Protocol::Grpc => 1.2,
-        })),
-        note: format!(
-            "{} workers, fetch {} then ack each; fetch p50 {:.2} ms, ack p50 {:.2} / p99 {:.2} ms",
-            args.workers,
-            args.fetch,
-            percentile(&fetches, 0.5),
-            percentile(&acks, 0.5),
-            percentile(&acks, 0.99)
-        ),
-    });
-
-    let database = served.stop().await;
-    let stats = db::settled_stats(&database).await?;
-    let churn = db::churn(&stats, args.jobs as f64);
-    report.add(Figure {
-        name: format!("{p}.jobs.dead_tuples_per_job"),
-        value: churn.updated_or_deleted as f64 / args.jobs as f64,
-        unit: "tuples/job",
-        floor: Some("floor.jobs.dead_tuples_per_job".into()),
-        target: Some(Target::AtMost(2.0)),
-        note: format!(
-            "dead versions made by enqueue + work-off (n_dead_tup left {:.2}/job): {}",
-            churn.dead as f64 / args.jobs as f64,
-            churn.detail
-        ),
-    });
-    pg.drop_database(database).await;
-    Ok(())
+    Ok((started.elapsed(), fetches, acks))
 }
 
 async fn count_completed(url: &str, schema: &str) -> Result<usize> {
