@@ -55,6 +55,16 @@ pub struct EventPage {
     pub has_more: bool,
 }
 
+/// The position a cursor names: absent or empty is the start of the log.
+pub fn parse_cursor(after: Option<&str>) -> Result<i64, CoreError> {
+    match after {
+        None | Some("") => Ok(0),
+        Some(text) => text.parse::<i64>().ok().filter(|n| *n >= 0).ok_or_else(|| {
+            CoreError::invalid(format!("after {text:?} is not a cursor this server issued"))
+        }),
+    }
+}
+
 impl Service {
     /// Events after the cursor that match the filters, oldest first.
     pub async fn events(&self, query: EventQuery) -> Result<EventPage, CoreError> {
@@ -64,16 +74,7 @@ impl Service {
                 "limit must be between 1 and 1000, not {limit}"
             )));
         }
-        let after = match query.after.as_deref() {
-            None | Some("") => 0,
-            Some(text) => text
-                .parse::<i64>()
-                .ok()
-                .filter(|n| *n >= 0)
-                .ok_or_else(|| {
-                    CoreError::invalid(format!("after {text:?} is not a cursor this server issued"))
-                })?,
-        };
+        let after = parse_cursor(query.after.as_deref())?;
         for queue in &query.queues {
             check_queue_name(queue)?;
         }

@@ -5,6 +5,7 @@ pub mod cron;
 pub mod error;
 pub mod events;
 pub mod job;
+pub mod push;
 pub mod stream;
 pub mod time;
 pub mod validate;
