@@ -94,8 +94,32 @@ struct Operation {
     read_only: bool,
     path_params: Vec<String>,
     query: Vec<Param>,
+    /// Optional string header parameters, by their HTTP name.
+    headers: Vec<String>,
     body: Option<(String, bool)>,
     responses: Vec<(u16, Option<String>, Vec<String>)>,
+    /// The status of a successful answer that may also be `text/event-stream`.
+    event_stream: Option<u16>,
+}
+
+/// The media type of server-sent events; a response offering it is negotiated on `Accept`.
+const EVENT_STREAM: &str = "text/event-stream";
+
+/// The schema of a content map, ignoring `text/event-stream` (its frames are not a JSON body).
+fn content_schema(content: Option<&Value>) -> Option<&Value> {
+    content
+        .and_then(Value::as_object)
+        .and_then(|c| {
+            c.iter()
+                .find(|(media, _)| media.as_str() != EVENT_STREAM)
+                .map(|(_, m)| m)
+        })
+        .and_then(|m| m.get("schema"))
+}
+
+/// The Rust field name of a header parameter: `Last-Event-ID` becomes `last_event_id`.
+fn header_ident(name: &str) -> String {
+    name.to_ascii_lowercase().replace('-', "_")
 }
 
 fn generate_http(out_dir: &Path) -> BuildResult<()> {
@@ -286,6 +310,7 @@ fn collect_operations(spec: &Value) -> BuildResult<Vec<Operation>> {
             );
             let mut path_params = Vec::new();
             let mut query = Vec::new();
+            let mut headers = Vec::new();
             for p in &params {
                 let name = p.get("name").and_then(Value::as_str).ok_or("param name")?;
                 match p.get("in").and_then(Value::as_str) {
@@ -295,6 +320,15 @@ fn collect_operations(spec: &Value) -> BuildResult<Vec<Operation>> {
                         rust_type: rust_type(p.get("schema").unwrap_or(&Value::Null))?,
                         required: p.get("required") == Some(&Value::Bool(true)),
                     }),
+                    Some("header") => {
+                        let ty = rust_type(p.get("schema").unwrap_or(&Value::Null))?;
+                        if ty != "String" || p.get("required") == Some(&Value::Bool(true)) {
+                            return Err(
+                                format!("{id}: header {name} must be an optional string").into()
+                            );
+                        }
+                        headers.push(name.to_string());
+                    }
                     _ => return Err(format!("{id}: unsupported parameter {name}").into()),
                 }
             }
@@ -303,17 +337,14 @@ fn collect_operations(spec: &Value) -> BuildResult<Vec<Operation>> {
             let body = match op.get("requestBody") {
                 None => None,
                 Some(body) => {
-                    let schema = body
-                        .get("content")
-                        .and_then(Value::as_object)
-                        .and_then(|c| c.values().next())
-                        .and_then(|m| m.get("schema"))
+                    let schema = content_schema(body.get("content"))
                         .ok_or_else(|| format!("{id}: request body schema missing"))?;
                     let required = body.get("required") == Some(&Value::Bool(true));
                     Some((rust_type(schema)?, required))
                 }
             };
             let mut responses = Vec::new();
+            let mut event_stream = None;
             for (code, response) in op
                 .get("responses")
                 .and_then(Value::as_object)
@@ -326,13 +357,20 @@ fn collect_operations(spec: &Value) -> BuildResult<Vec<Operation>> {
                 if !(200..300).contains(&status) && status != 503 {
                     continue;
                 }
-                let schema = response
-                    .get("content")
-                    .and_then(Value::as_object)
-                    .and_then(|c| c.values().next())
-                    .and_then(|m| m.get("schema"))
+                let schema = content_schema(response.get("content"))
                     .map(rust_type)
                     .transpose()?;
+                if response
+                    .pointer(&format!("/content/{}", EVENT_STREAM.replace('/', "~1")))
+                    .is_some()
+                {
+                    if event_stream.is_some() {
+                        return Err(
+                            format!("{id}: more than one answer offers {EVENT_STREAM}").into()
+                        );
+                    }
+                    event_stream = Some(status);
+                }
                 let headers = response
                     .get("headers")
                     .and_then(Value::as_object)
@@ -358,8 +396,10 @@ fn collect_operations(spec: &Value) -> BuildResult<Vec<Operation>> {
                 read_only,
                 path_params,
                 query,
+                headers,
                 body,
                 responses,
+                event_stream,
             });
         }
     }
@@ -411,6 +451,21 @@ fn generate_operations(operations: &[Operation]) -> BuildResult<String> {
             }
             code.push_str("}\n\n");
         }
+        if !op.headers.is_empty() {
+            let _ = writeln!(
+                code,
+                "/// Header parameters of `{}`.\n#[derive(Debug, Clone, Default)]\npub struct {}Headers {{",
+                op.id, op.type_name
+            );
+            for h in &op.headers {
+                let _ = writeln!(
+                    code,
+                    "    /// `{h}`.\n    pub {}: Option<String>,",
+                    header_ident(h)
+                );
+            }
+            code.push_str("}\n\n");
+        }
         let _ = writeln!(
             code,
             "/// Successful answers of `{}`.\n#[derive(Debug)]\npub enum {}Response {{",
@@ -437,6 +492,13 @@ fn generate_operations(operations: &[Operation]) -> BuildResult<String> {
                     code.push_str(" },\n");
                 }
             }
+        }
+        if let Some(status) = op.event_stream {
+            let _ = writeln!(
+                code,
+                "    /// The `{EVENT_STREAM}` form of the {status} answer.\n    {}EventStream(crate::http::EventStream),",
+                status_variant(status)?
+            );
         }
         code.push_str("}\n\n");
         let _ = writeln!(
@@ -482,6 +544,13 @@ fn generate_operations(operations: &[Operation]) -> BuildResult<String> {
                 }
             }
         }
+        if let Some(status) = op.event_stream {
+            let _ = writeln!(
+                code,
+                "            Self::{}EventStream(stream) => axum::response::IntoResponse::into_response(stream),",
+                status_variant(status)?
+            );
+        }
         code.push_str("        }\n    }\n}\n\n");
     }
 
@@ -502,6 +571,13 @@ fn generate_operations(operations: &[Operation]) -> BuildResult<String> {
         }
         if !op.query.is_empty() {
             let _ = write!(code, ", query: {}Query", op.type_name);
+        }
+        if !op.headers.is_empty() {
+            let _ = write!(code, ", headers: {}Headers", op.type_name);
+        }
+        if op.event_stream.is_some() {
+            // Whether the client's Accept asks for the text/event-stream answer.
+            code.push_str(", event_stream: bool");
         }
         if let Some((ty, required)) = &op.body {
             if *required {
@@ -535,6 +611,10 @@ fn generate_operations(operations: &[Operation]) -> BuildResult<String> {
                 types.join(", ")
             );
         }
+        let needs_headers = !op.headers.is_empty() || op.event_stream.is_some();
+        if needs_headers {
+            code.push_str(", header_map: http::HeaderMap");
+        }
         if !op.query.is_empty() {
             let _ = write!(
                 code,
@@ -555,16 +635,35 @@ fn generate_operations(operations: &[Operation]) -> BuildResult<String> {
                 );
             }
         }
-        let _ = write!(
-            code,
-            ") -> axum::response::Response {{\n    let result = api.{}(ctx.clone()",
-            op.fn_name
-        );
+        code.push_str(") -> axum::response::Response {\n");
+        if !op.headers.is_empty() {
+            let _ = writeln!(code, "    let headers = {}Headers {{", op.type_name);
+            for h in &op.headers {
+                let _ = writeln!(
+                    code,
+                    "        {}: match crate::http::header_param(&header_map, \"{h}\") {{ Ok(v) => v, Err(e) => return axum::response::IntoResponse::into_response(e.with_request_id(&ctx.request_id)) }},",
+                    header_ident(h)
+                );
+            }
+            code.push_str("    };\n");
+        }
+        if op.event_stream.is_some() {
+            code.push_str(
+                "    let event_stream = crate::http::accepts_event_stream(&header_map);\n",
+            );
+        }
+        let _ = write!(code, "    let result = api.{}(ctx.clone()", op.fn_name);
         for p in &op.path_params {
             let _ = write!(code, ", {}", field_ident(p));
         }
         if !op.query.is_empty() {
             code.push_str(", query");
+        }
+        if !op.headers.is_empty() {
+            code.push_str(", headers");
+        }
+        if op.event_stream.is_some() {
+            code.push_str(", event_stream");
         }
         if op.body.is_some() {
             code.push_str(", body");

@@ -51,6 +51,19 @@ impl<S: Send + Sync> FromRequestParts<S> for RequestContext {
     }
 }
 
+/// The text of an optional header parameter; a value that is not visible ASCII is a bad request.
+pub fn header_param(headers: &http::HeaderMap, name: &str) -> Result<Option<String>, ApiError> {
+    match headers.get(name) {
+        None => Ok(None),
+        Some(value) => value.to_str().map(|v| Some(v.to_string())).map_err(|_| {
+            ApiError::from(
+                CoreError::invalid(format!("header {name} must be visible ASCII text"))
+                    .with_detail("field", name.into()),
+            )
+        }),
+    }
+}
+
 fn is_json(content_type: &str) -> bool {
     let essence = content_type
         .split(';')

@@ -5,6 +5,7 @@ use std::sync::Arc;
 use super::api::{self, types};
 use super::{ApiError, RequestContext, convert};
 use crate::core::events::EventQuery;
+use crate::core::push::{self, Shutdown};
 use crate::core::stream::Receive;
 use crate::core::time::format_time;
 use crate::core::{AckJob, FetchJobs, NackJob, QueueConfigChanges, Service};
@@ -12,12 +13,13 @@ use crate::core::{AckJob, FetchJobs, NackJob, QueueConfigChanges, Service};
 /// The HTTP binding of the service.
 pub struct HttpAdapter {
     service: Arc<Service>,
+    shutdown: Shutdown,
 }
 
 impl HttpAdapter {
-    /// An adapter over `service`.
-    pub fn new(service: Arc<Service>) -> Self {
-        HttpAdapter { service }
+    /// An adapter over `service`; its event streams end when `shutdown` fires.
+    pub fn new(service: Arc<Service>, shutdown: Shutdown) -> Self {
+        HttpAdapter { service, shutdown }
     }
 }
 
@@ -764,8 +766,10 @@ impl api::HttpApi for HttpAdapter {
 
     async fn list_events(
         &self,
-        _ctx: RequestContext,
+        ctx: RequestContext,
         query: api::ListEventsQuery,
+        headers: api::ListEventsHeaders,
+        event_stream: bool,
     ) -> Result<api::ListEventsResponse, ApiError> {
         let split = |v: Option<String>| -> Vec<String> {
             v.map(|s| {
@@ -777,16 +781,27 @@ impl api::HttpApi for HttpAdapter {
             })
             .unwrap_or_default()
         };
-        let page = self
-            .service
-            .events(EventQuery {
-                after: query.after,
-                types: split(query.types),
-                queues: split(query.queues),
-                job_types: split(query.job_types),
-                limit: query.limit,
-            })
-            .await?;
+        let wanted = EventQuery {
+            // An EventSource resuming sends the last id it saw; an explicit cursor wins.
+            after: query
+                .after
+                .or(headers.last_event_id.filter(|id| !id.is_empty())),
+            types: split(query.types),
+            queues: split(query.queues),
+            job_types: split(query.job_types),
+            limit: query.limit,
+        };
+        if event_stream {
+            let events =
+                push::follow_events(self.service.clone(), wanted, self.shutdown.clone()).await?;
+            // A stream lasts as long as its client: it holds no admission slot.
+            ctx.admission.release();
+            return Ok(api::ListEventsResponse::OkEventStream(super::event_stream(
+                events,
+                ctx.request_id,
+            )));
+        }
+        let page = self.service.events(wanted).await?;
         Ok(api::ListEventsResponse::Ok(types::EventPage {
             events: page.events.iter().map(convert::event).collect(),
             cursor: page.cursor,

@@ -5,6 +5,7 @@ mod convert;
 mod error;
 mod extract;
 mod handlers;
+mod sse;
 
 /// Code generated from `openapi/pgvs3.yaml` by build.rs.
 #[allow(missing_docs, clippy::all)]
@@ -17,11 +18,14 @@ use std::sync::Arc;
 use axum::response::{IntoResponse, Response};
 use http::{HeaderValue, StatusCode};
 use serde::Serialize;
+use tokio::sync::watch;
 
+use crate::core::push::Shutdown;
 use crate::core::{CoreError, ErrorKind, Service};
 pub use error::ApiError;
-pub use extract::{OjsJson, OjsPath, OjsQuery, OptionalOjsJson, RequestContext};
+pub use extract::{OjsJson, OjsPath, OjsQuery, OptionalOjsJson, RequestContext, header_param};
 pub use handlers::HttpAdapter;
+pub use sse::{ERROR_EVENT, EventStream, KEEPALIVE_COMMENT, accepts_event_stream, event_stream};
 
 /// Deserializes a present JSON value (null included) as `Some`; absent fields default to `None`.
 pub fn present<'de, D: serde::Deserializer<'de>>(
@@ -60,9 +64,20 @@ pub fn respond<R: IntoResponse>(ctx: &RequestContext, result: Result<R, ApiError
     }
 }
 
-/// The HTTP router of the service, with OJS answers for unknown routes and methods.
+/// The HTTP router of the service, with OJS answers for unknown routes and methods. Its
+/// server-sent event streams never see a shutdown: prefer `router_until`.
 pub fn router(service: Arc<Service>) -> axum::Router {
-    api::router(Arc::new(HttpAdapter::new(service)))
+    routes(HttpAdapter::new(service, Shutdown::default()))
+}
+
+/// The HTTP router; server-sent event streams end (with a `stream.error` frame) once `shutdown`
+/// holds true, so a graceful shutdown does not wait on them.
+pub fn router_until(service: Arc<Service>, shutdown: watch::Receiver<bool>) -> axum::Router {
+    routes(HttpAdapter::new(service, Shutdown::new(shutdown)))
+}
+
+fn routes(adapter: HttpAdapter) -> axum::Router {
+    api::router(Arc::new(adapter))
         .fallback(unknown_route)
         .method_not_allowed_fallback(method_not_allowed)
 }
