@@ -593,6 +593,8 @@ pub struct QueueConfigChanges {
     pub max_stream_events: Option<Option<i64>>,
     /// Storage parameters of the jobs table (autovacuum_*, fillfactor).
     pub autovacuum: Option<Map<String, Value>>,
+    /// Whether job lifecycle events are also appended to the queue's stream.
+    pub mirror_job_events: Option<bool>,
 }
 
 fn duration_field(field: &str, text: &str, min_ms: i64) -> Result<i64, CoreError> {
@@ -657,6 +659,9 @@ pub fn queue_config_changes(c: &QueueConfigChanges) -> Result<Value, CoreError> 
     }
     if let Some(settings) = &c.autovacuum {
         out.insert("autovacuum".into(), Value::Object(settings.clone()));
+    }
+    if let Some(mirror) = c.mirror_job_events {
+        out.insert("mirror_job_events".into(), mirror.into());
     }
     Ok(Value::Object(out))
 }

@@ -40,6 +40,10 @@ fn config(config: &Value) -> pb::QueueConfig {
             .get("autovacuum")
             .and_then(Value::as_object)
             .map(to_struct),
+        mirror_job_events: config
+            .get("mirror_job_events")
+            .and_then(Value::as_bool)
+            .unwrap_or(false),
     }
 }
 
@@ -72,6 +76,7 @@ fn changes(r: pb::SetQueueConfigRequest) -> Result<QueueConfigChanges, CoreError
             .autovacuum
             .map(from_struct)
             .filter(|settings| !settings.is_empty()),
+        mirror_job_events: r.mirror_job_events,
     })
 }
 

@@ -266,6 +266,12 @@ pub fn queue_config(config: serde_json::Value) -> Result<types::QueueConfig, Cor
         autovacuum: config
             .get("autovacuum")
             .and_then(|a| a.as_object().cloned()),
+        mirror_job_events: Some(
+            config
+                .get("mirror_job_events")
+                .and_then(serde_json::Value::as_bool)
+                .unwrap_or(false),
+        ),
     })
 }
 
@@ -291,6 +297,7 @@ pub fn queue_config_changes(
         max_jobs: quota("max_jobs", body.max_jobs)?,
         max_stream_events: quota("max_stream_events", body.max_stream_events)?,
         autovacuum: body.autovacuum,
+        mirror_job_events: body.mirror_job_events,
     })
 }
 

@@ -22,6 +22,11 @@ const MIGRATIONS: &[Migration] = &[
     ),
     Migration(6, "events", include_str!("../../sql/006_events.sql")),
     Migration(7, "metrics", include_str!("../../sql/007_metrics.sql")),
+    Migration(
+        8,
+        "event_mirror",
+        include_str!("../../sql/008_event_mirror.sql"),
+    ),
 ];
 
 /// One migration: version, name, SQL.

@@ -1,0 +1,92 @@
+-- Optional per-queue mirroring of job lifecycle events into the queue's stream. A queue whose
+-- configuration sets `mirror_job_events` (s3p.queues.settings, through s3p.queue_config) gets
+-- every event recorded for it in the event log (s3p.events, written by s3p.emit) also appended to
+-- its stream by the statement that recorded it, so in the transaction of the transition. A
+-- trigger on the log rather than a step in the emitter, so that every writer of the log mirrors
+-- and the rule lives here only.
+--
+-- A mirrored event is one stream message: id = the event id, type = the event type (e.g.
+-- job.completed), payload = the event log row (seq, id, type, job_id, queue, job_type, data,
+-- time), headers = {"pgvs3-event": "job"}. It is an ordinary append (s3p.stream_append): it wakes
+-- receivers, and the queue's max_stream_events quota counts it and refuses the transition when
+-- the stream is full.
+--
+-- The trigger is enabled only while some queue mirrors, so with mirroring off everywhere (the
+-- default) recording an event costs nothing more. Turning mirroring on for the first queue, or
+-- off for the last, enables or disables it: ALTER TABLE, which waits for the job transitions in
+-- flight and holds new ones back until the configuration change commits.
+
+-- The queues that mirror (an almost always empty index).
+CREATE INDEX IF NOT EXISTS queues_mirror_job_events ON s3p.queues (name)
+    WHERE settings @> '{"mirror_job_events": true}';
+
+-- Appends the events a statement recorded to the streams of their queues that mirror: one
+-- append per queue, queues in name order (one lock order for concurrent writers).
+CREATE OR REPLACE FUNCTION s3p.mirror_job_events() RETURNS trigger
+LANGUAGE plpgsql AS $$
+DECLARE
+    target record;
+BEGIN
+    FOR target IN
+        SELECT e.queue,
+               jsonb_agg(jsonb_build_object('id', e.id, 'type', e.type, 'payload', to_jsonb(e),
+                                            'headers', jsonb_build_object('pgvs3-event', 'job'))
+                         ORDER BY e.seq) AS messages
+          FROM logged e
+         WHERE e.queue IN (SELECT q.name FROM s3p.queues q
+                            WHERE q.settings @> '{"mirror_job_events": true}')
+         GROUP BY e.queue
+         ORDER BY e.queue
+    LOOP
+        PERFORM s3p.stream_append(target.queue, target.messages);
+    END LOOP;
+    RETURN NULL;
+END
+$$;
+
+DROP TRIGGER IF EXISTS events_mirror_job_events ON s3p.events;
+CREATE TRIGGER events_mirror_job_events AFTER INSERT ON s3p.events
+    REFERENCING NEW TABLE AS logged
+    FOR EACH STATEMENT EXECUTE FUNCTION s3p.mirror_job_events();
+
+-- Enables the mirroring trigger while some queue mirrors, disables it otherwise. Callers of
+-- concurrent changes take turns (advisory lock), each deciding from what the others committed.
+CREATE OR REPLACE FUNCTION s3p.sync_event_mirror() RETURNS void
+LANGUAGE plpgsql AS $$
+DECLARE
+    wanted  boolean;
+    enabled boolean;
+BEGIN
+    PERFORM pg_advisory_xact_lock(hashtext('s3p.event_mirror'));
+    wanted := EXISTS (SELECT 1 FROM s3p.queues q WHERE q.settings @> '{"mirror_job_events": true}');
+    SELECT t.tgenabled <> 'D' INTO enabled FROM pg_trigger t
+     WHERE t.tgrelid = 's3p.events'::regclass AND t.tgname = 'events_mirror_job_events';
+    IF wanted IS DISTINCT FROM enabled THEN
+        EXECUTE format('ALTER TABLE s3p.events %s TRIGGER events_mirror_job_events',
+                       CASE WHEN wanted THEN 'ENABLE' ELSE 'DISABLE' END);
+    END IF;
+END
+$$;
+
+CREATE OR REPLACE FUNCTION s3p.sync_event_mirror_trigger() RETURNS trigger
+LANGUAGE plpgsql AS $$
+BEGIN
+    PERFORM s3p.sync_event_mirror();
+    RETURN NULL;
+END
+$$;
+
+-- Only rows whose mirroring changes (or a mirroring queue dropped) call it.
+DROP TRIGGER IF EXISTS queues_sync_event_mirror ON s3p.queues;
+CREATE TRIGGER queues_sync_event_mirror AFTER UPDATE OF settings ON s3p.queues
+    FOR EACH ROW
+    WHEN ((OLD.settings @> '{"mirror_job_events": true}')
+          IS DISTINCT FROM (NEW.settings @> '{"mirror_job_events": true}'))
+    EXECUTE FUNCTION s3p.sync_event_mirror_trigger();
+DROP TRIGGER IF EXISTS queues_sync_event_mirror_drop ON s3p.queues;
+CREATE TRIGGER queues_sync_event_mirror_drop AFTER DELETE ON s3p.queues
+    FOR EACH ROW
+    WHEN (OLD.settings @> '{"mirror_job_events": true}')
+    EXECUTE FUNCTION s3p.sync_event_mirror_trigger();
+
+SELECT s3p.sync_event_mirror();
