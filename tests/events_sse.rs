@@ -260,6 +260,8 @@ async fn a_jobs_lifecycle_streams_as_frames_in_order() {
     let later = api.enqueue("sse-other").await;
     let frame = other.event().await;
     assert_eq!(frame.json()["subject"], later.as_str(), "{frame:?}");
+    // Closed first: the stop below is not about streams (shutdown_ends_the_stream is).
+    drop((stream, other));
     app.stop().await;
 }
 
@@ -303,6 +305,7 @@ async fn last_event_id_resumes_after_its_cursor() {
     // The resumed streams see it too, right after what they already had.
     assert_eq!(resumed.event().await.json()["subject"], fourth.as_str());
     assert_eq!(explicit.event().await.json()["subject"], fourth.as_str());
+    drop((resumed, explicit, live));
     app.stop().await;
 }
 
@@ -363,6 +366,7 @@ async fn an_open_stream_holds_no_admission_slot() {
     }
     let id = api.enqueue("sse-adm").await;
     assert_eq!(stream.event().await.json()["subject"], id.as_str());
+    drop(stream);
     app.stop().await;
 }
 
