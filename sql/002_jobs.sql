@@ -104,13 +104,15 @@ CREATE OR REPLACE FUNCTION s3p.emit_all(event_types text[], jobs s3p.job[], extr
 LANGUAGE plpgsql AS $$
 BEGIN
     IF cardinality(jobs) > 0 THEN
+        -- unnest, not subscripts: reaching element i of an array of rows walks the i - 1 before it.
         INSERT INTO s3p.events (type, job_id, queue, job_type, data)
-        SELECT event_types[i], (jobs[i]).id, (jobs[i]).queue, (jobs[i]).type,
-               jsonb_build_object('job_id', (jobs[i]).id, 'job_type', (jobs[i]).type, 'queue', (jobs[i]).queue,
-                                  'state', (jobs[i]).state, 'attempt', (jobs[i]).attempt)
-               || coalesce(extras[i], '{}')
-          FROM generate_subscripts(jobs, 1) AS i
-         ORDER BY i;
+        SELECT t.event_type, j.id, j.queue, j.type,
+               jsonb_build_object('job_id', j.id, 'job_type', j.type, 'queue', j.queue,
+                                  'state', j.state, 'attempt', j.attempt) || coalesce(e.extra, '{}')
+          FROM unnest(jobs) WITH ORDINALITY AS j
+          JOIN unnest(event_types) WITH ORDINALITY AS t(event_type, ord) ON t.ord = j.ordinality
+          LEFT JOIN unnest(extras) WITH ORDINALITY AS e(extra, ord) ON e.ord = j.ordinality
+         ORDER BY j.ordinality;
     END IF;
 END
 $$;

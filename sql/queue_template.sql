@@ -56,6 +56,8 @@ CREATE OR REPLACE FUNCTION __SCHEMA__.enqueue_many(new_jobs s3p.job[]) RETURNS S
 LANGUAGE plpgsql AS $fn$
 DECLARE
     stored s3p.job[];
+    event_types text[];
+    extras jsonb[];
 BEGIN
     FOR i IN 1 .. coalesce(cardinality(new_jobs), 0) LOOP
         new_jobs[i].created_at := now();
@@ -76,12 +78,11 @@ BEGIN
         INSERT INTO __SCHEMA__.jobs SELECT * FROM unnest(new_jobs) RETURNING *
     )
     SELECT coalesce(array_agg(i ORDER BY i.seq), '{}') INTO stored FROM inserted i;
-    PERFORM s3p.emit_all(
-        ARRAY(SELECT CASE (stored[i]).state WHEN 'scheduled' THEN 'job.scheduled' ELSE 'job.enqueued' END
-                FROM generate_subscripts(stored, 1) AS i ORDER BY i),
-        stored,
-        ARRAY(SELECT jsonb_build_object('priority', (stored[i]).priority, 'scheduled_at', (stored[i]).scheduled_at)
-                FROM generate_subscripts(stored, 1) AS i ORDER BY i));
+    SELECT array_agg(CASE j.state WHEN 'scheduled' THEN 'job.scheduled' ELSE 'job.enqueued' END ORDER BY j.ordinality),
+           array_agg(jsonb_build_object('priority', j.priority, 'scheduled_at', j.scheduled_at) ORDER BY j.ordinality)
+      INTO event_types, extras
+      FROM unnest(stored) WITH ORDINALITY AS j;
+    PERFORM s3p.emit_all(event_types, stored, extras);
     RETURN QUERY SELECT * FROM unnest(stored);
 END
 $fn$;
@@ -256,10 +257,9 @@ BEGIN
     )
     SELECT coalesce(array_agg(c ORDER BY c.seq), '{}') INTO done FROM completed c;
     PERFORM s3p.emit_all(array_fill('job.completed'::text, ARRAY[cardinality(done)]), done, ARRAY(
-        SELECT jsonb_build_object(
-                   'duration_ms', round(extract(epoch FROM (done[i]).completed_at - (done[i]).started_at) * 1000),
-                   'result', (done[i]).result)
-          FROM generate_subscripts(done, 1) AS i ORDER BY i));
+        SELECT jsonb_build_object('duration_ms', round(extract(epoch FROM d.completed_at - d.started_at) * 1000),
+                                  'result', d.result)
+          FROM unnest(done) WITH ORDINALITY AS d ORDER BY d.ordinality));
     FOREACH job IN ARRAY done LOOP
         IF job.workflow_id IS NOT NULL THEN
             PERFORM __SCHEMA__.settled(job);
