@@ -142,7 +142,7 @@ pub async fn start(settings: ServerSettings) -> Result<RunningServer, StartError
         stack: stack.clone(),
     });
     let app = middleware::apply(
-        crate::http::router(service.clone())
+        crate::http::router_until(service.clone(), shutdown.subscribe())
             .merge(grpc.clone())
             .merge(metrics),
         stack.clone(),
