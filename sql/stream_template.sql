@@ -79,14 +79,15 @@ CREATE UNIQUE INDEX IF NOT EXISTS stream_batches_one_active
     ON __SCHEMA__.stream_batches (consumer, member) WHERE state = 'active';
 CREATE INDEX IF NOT EXISTS stream_batches_by_start ON __SCHEMA__.stream_batches (consumer, start_tick);
 
-CREATE TABLE IF NOT EXISTS __SCHEMA__.stream_batch_events (
+-- A batch's events are not copied: they are recomputed from its two tick snapshots (events never
+-- change, and cursors keep their segment from rotating away), so receive and ack write no row per
+-- event. Only a nacked message is recorded, so it cannot be nacked twice in one batch.
+DROP TABLE IF EXISTS __SCHEMA__.stream_batch_events;
+CREATE TABLE IF NOT EXISTS __SCHEMA__.stream_batch_nacks (
     batch_id uuid   NOT NULL REFERENCES __SCHEMA__.stream_batches ON DELETE CASCADE,
     seq      bigint NOT NULL,
-    segment  int    NOT NULL,
-    nacked   boolean NOT NULL DEFAULT false,
     PRIMARY KEY (batch_id, seq)
 );
-CREATE INDEX IF NOT EXISTS stream_batch_events_segment ON __SCHEMA__.stream_batch_events (segment);
 
 CREATE TABLE IF NOT EXISTS __SCHEMA__.stream_retry_events (
     id          bigserial PRIMARY KEY,
@@ -219,7 +220,8 @@ BEGIN
 END
 $fn$;
 
--- The events of a batch, in log order.
+-- The events of an active batch, in log order: those visible in its end tick and not in its start
+-- tick. An acked or taken-over batch lists none (its segment may since have rotated away).
 CREATE OR REPLACE FUNCTION __SCHEMA__.stream_batch_contents(id uuid)
 RETURNS TABLE (batch_id uuid, consumer text, member text, start_tick bigint, end_tick bigint,
                state text, batch_created_at timestamptz, seq bigint, event_id uuid, type text,
@@ -228,8 +230,10 @@ LANGUAGE sql STABLE AS $fn$
     SELECT b.batch_id, b.consumer, b.member, b.start_tick, b.end_tick, b.state, b.created_at,
            e.seq, e.event_id, e.type, e.payload, e.headers, e.retry_count, e.created_at
       FROM __SCHEMA__.stream_batches b
-      LEFT JOIN __SCHEMA__.stream_batch_events be ON be.batch_id = b.batch_id
-      LEFT JOIN __SCHEMA__.stream_events e ON e.seq = be.seq AND e.segment = be.segment
+      JOIN __SCHEMA__.stream_ticks since ON since.tick_id = b.start_tick
+      JOIN __SCHEMA__.stream_ticks upto ON upto.tick_id = b.end_tick
+      LEFT JOIN LATERAL __SCHEMA__.stream_between(since.snapshot, upto.snapshot, b.consumer) e
+             ON b.state = 'active'
      WHERE b.batch_id = id
      ORDER BY e.seq
 $fn$;
@@ -310,7 +314,7 @@ BEGIN
             INSERT INTO __SCHEMA__.stream_batches (batch_id, consumer, member, start_tick, end_tick)
             SELECT new_batch, b.consumer, who, b.start_tick, b.end_tick
               FROM __SCHEMA__.stream_batches b WHERE b.batch_id = existing;
-            UPDATE __SCHEMA__.stream_batch_events be SET batch_id = new_batch WHERE be.batch_id = existing;
+            UPDATE __SCHEMA__.stream_batch_nacks n SET batch_id = new_batch WHERE n.batch_id = existing;
             RETURN QUERY SELECT * FROM __SCHEMA__.stream_batch_contents(new_batch);
             RETURN;
         END IF;
@@ -369,8 +373,6 @@ BEGIN
 
         INSERT INTO __SCHEMA__.stream_batches (batch_id, consumer, member, start_tick, end_tick)
         VALUES (new_batch, name, who, cursor_tick, end_tick_id);
-        INSERT INTO __SCHEMA__.stream_batch_events (batch_id, seq, segment)
-        SELECT new_batch, e.seq, e.segment FROM __SCHEMA__.stream_between(cursor_snap, end_snap, name) e;
         IF sub.cooperative THEN
             UPDATE __SCHEMA__.stream_subscriptions s SET next_tick = end_tick_id WHERE s.consumer = name;
         END IF;
@@ -431,7 +433,6 @@ DECLARE
 BEGIN
     SELECT * INTO sub FROM __SCHEMA__.stream_subscriptions s WHERE s.consumer = batch.consumer FOR UPDATE;
     UPDATE __SCHEMA__.stream_batches b SET state = 'acked', acked_at = now() WHERE b.batch_id = id;
-    DELETE FROM __SCHEMA__.stream_batch_events be WHERE be.batch_id = id;
     IF sub.cooperative THEN
         RETURN QUERY SELECT batch.consumer, __SCHEMA__.stream_advance_group(batch.consumer);
     ELSE
@@ -453,19 +454,15 @@ DECLARE
     cfg __SCHEMA__.stream_config;
     attempts int;
 BEGIN
-    SELECT e.*, be.nacked INTO ev
-      FROM __SCHEMA__.stream_batch_events be
-      JOIN __SCHEMA__.stream_events e ON e.seq = be.seq AND e.segment = be.segment
-     WHERE be.batch_id = id AND e.event_id = message
-     ORDER BY e.seq LIMIT 1
-     FOR UPDATE OF be;
+    SELECT c.* INTO ev FROM __SCHEMA__.stream_batch_contents(id) c
+     WHERE c.event_id = message ORDER BY c.seq LIMIT 1;
     IF NOT FOUND THEN
         RAISE EXCEPTION 'message % is not in batch %', message, id USING ERRCODE = 'PV404';
     END IF;
-    IF ev.nacked THEN
+    INSERT INTO __SCHEMA__.stream_batch_nacks (batch_id, seq) VALUES (id, ev.seq) ON CONFLICT DO NOTHING;
+    IF NOT FOUND THEN
         RAISE EXCEPTION 'message % was already nacked in batch %', message, id USING ERRCODE = 'PV409';
     END IF;
-    UPDATE __SCHEMA__.stream_batch_events be SET nacked = true WHERE be.batch_id = id AND be.seq = ev.seq;
     SELECT * INTO cfg FROM __SCHEMA__.stream_config;
     attempts := ev.retry_count + 1;
     IF attempts > cfg.max_retries THEN
@@ -632,7 +629,10 @@ BEGIN
             safe := true;
         ELSE
             safe := seg.sealed_xid IS NOT NULL
-                AND NOT EXISTS (SELECT 1 FROM __SCHEMA__.stream_batch_events be WHERE be.segment = next_segment)
+                AND NOT EXISTS (
+                    SELECT 1 FROM __SCHEMA__.stream_batches b
+                      JOIN __SCHEMA__.stream_ticks t ON t.tick_id = b.start_tick
+                     WHERE b.state = 'active' AND pg_snapshot_xmin(t.snapshot) < seg.sealed_xid)
                 AND NOT EXISTS (
                     SELECT 1 FROM __SCHEMA__.stream_subscriptions s
                       JOIN __SCHEMA__.stream_ticks t ON t.tick_id = s.last_tick

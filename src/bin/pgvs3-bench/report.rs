@@ -176,7 +176,10 @@ pub fn format_value(v: f64) -> String {
         format!("{v:.0}")
     } else if v.abs() >= 10.0 {
         format!("{v:.1}")
-    } else {
+    } else if v == 0.0 || v.abs() >= 0.01 {
         format!("{v:.2}")
+    } else {
+        // Per-event churn of a few rows per 1,000-event batch must not print as 0.00.
+        format!("{v:.4}")
     }
 }
