@@ -11,9 +11,8 @@ use tonic_health::pb::health_check_response::ServingStatus;
 use tonic_health::pb::health_server::Health;
 use tonic_health::pb::{HealthCheckRequest, HealthCheckResponse};
 
-use super::push::Shutdown;
+use super::{admission_slot, shutdown_signal};
 use crate::core::Service;
-use crate::middleware::AdmissionSlot;
 
 /// How often a `Watch` stream probes the database again.
 pub const WATCH_INTERVAL: Duration = Duration::from_secs(5);
@@ -72,14 +71,8 @@ impl Health for HealthAdapter {
         request: Request<HealthCheckRequest>,
     ) -> Result<Response<Self::WatchStream>, Status> {
         // A watch lasts as long as the client wants: it holds no admission slot.
-        if let Some(slot) = request.extensions().get::<AdmissionSlot>() {
-            slot.release();
-        }
-        let shutdown = request
-            .extensions()
-            .get::<Shutdown>()
-            .cloned()
-            .unwrap_or_default();
+        admission_slot(&request).release();
+        let shutdown = shutdown_signal(&request);
         let name = request.into_inner().service;
         let known = self.knows(&name);
         // The status at once, then again on each change (SERVICE_UNKNOWN once for an unknown

@@ -52,6 +52,24 @@ fn request_id<T>(request: &tonic::Request<T>) -> String {
         .unwrap_or_else(crate::middleware::RequestId::generate)
 }
 
+/// The request's admission slot, to give back when the operation goes idle (or a detached one).
+fn admission_slot<T>(request: &tonic::Request<T>) -> crate::middleware::AdmissionSlot {
+    request
+        .extensions()
+        .get::<crate::middleware::AdmissionSlot>()
+        .cloned()
+        .unwrap_or_default()
+}
+
+/// The server's shutdown signal, which ends long-lived streams.
+fn shutdown_signal<T>(request: &tonic::Request<T>) -> push::Shutdown {
+    request
+        .extensions()
+        .get::<push::Shutdown>()
+        .cloned()
+        .unwrap_or_default()
+}
+
 /// Maps a core result to a response, or to a status stamped with the request id.
 fn answer<T>(
     id: &str,

@@ -9,12 +9,11 @@ use tonic::{Request, Response, Status};
 use super::convert;
 use super::proto::ojs::v1 as pb;
 use super::proto::ojs::v1::ojs_service_server::OjsService;
-use super::push::{self, EventStream, JobStream, Shutdown, event_message};
+use super::push::{self, EventStream, JobStream, event_message};
 use super::status_of;
-use super::{answer, request_id};
+use super::{admission_slot, answer, request_id, shutdown_signal};
 use crate::core::workflow::NewCron;
 use crate::core::{CoreError, FetchJobs, Heartbeat, NackJob, Service};
-use crate::middleware::AdmissionSlot;
 
 /// The gRPC binding of the service.
 #[derive(Clone)]
@@ -194,11 +193,7 @@ impl OjsService for GrpcAdapter {
         request: Request<pb::FetchRequest>,
     ) -> Result<Response<pb::FetchResponse>, Status> {
         let id = request_id(&request);
-        let slot = request
-            .extensions()
-            .get::<AdmissionSlot>()
-            .cloned()
-            .unwrap_or_default();
+        let slot = admission_slot(&request);
         let r = request.into_inner();
         let fetch = FetchJobs {
             queues: r.queues,
@@ -325,16 +320,8 @@ impl OjsService for GrpcAdapter {
         request: Request<pb::StreamJobsRequest>,
     ) -> Result<Response<Self::StreamJobsStream>, Status> {
         let id = request_id(&request);
-        let slot = request
-            .extensions()
-            .get::<AdmissionSlot>()
-            .cloned()
-            .unwrap_or_default();
-        let shutdown = request
-            .extensions()
-            .get::<Shutdown>()
-            .cloned()
-            .unwrap_or_default();
+        let slot = admission_slot(&request);
+        let shutdown = shutdown_signal(&request);
         let r = request.into_inner();
         let wanted = JobStream {
             queues: r.queues,
@@ -360,16 +347,8 @@ impl OjsService for GrpcAdapter {
         request: Request<pb::StreamEventsRequest>,
     ) -> Result<Response<Self::StreamEventsStream>, Status> {
         let id = request_id(&request);
-        let slot = request
-            .extensions()
-            .get::<AdmissionSlot>()
-            .cloned()
-            .unwrap_or_default();
-        let shutdown = request
-            .extensions()
-            .get::<Shutdown>()
-            .cloned()
-            .unwrap_or_default();
+        let slot = admission_slot(&request);
+        let shutdown = shutdown_signal(&request);
         let r = request.into_inner();
         let filter = EventStream {
             queues: r.queues,

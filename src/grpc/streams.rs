@@ -12,14 +12,13 @@ use tonic::{Request, Response, Status};
 use super::convert::{created_at, from_value, to_struct, to_value};
 use super::proto::pgvs3::v1 as pb;
 use super::proto::pgvs3::v1::stream_service_server::StreamService;
-use super::push::{self, Shutdown};
+use super::push;
 use super::status_of;
-use super::{answer, request_id};
+use super::{admission_slot, answer, request_id, shutdown_signal};
 use crate::core::Service;
 use crate::core::stream::{
     Appended, Batch, ConsumerInfo, NewMessage, Receive, StreamConfig, StreamDeadLetter, StreamEvent,
 };
-use crate::middleware::AdmissionSlot;
 
 /// The gRPC binding of the stream half of the service.
 #[derive(Clone)]
@@ -217,11 +216,7 @@ impl StreamService for StreamAdapter {
         request: Request<pb::ReceiveRequest>,
     ) -> Result<Response<pb::ReceiveResponse>, Status> {
         let id = request_id(&request);
-        let slot = request
-            .extensions()
-            .get::<AdmissionSlot>()
-            .cloned()
-            .unwrap_or_default();
+        let slot = admission_slot(&request);
         let r = request.into_inner();
         let receive = Receive {
             consumer: r.consumer,
@@ -249,16 +244,8 @@ impl StreamService for StreamAdapter {
         request: Request<pb::ReceiveStreamRequest>,
     ) -> Result<Response<Self::ReceiveStreamStream>, Status> {
         let id = request_id(&request);
-        let slot = request
-            .extensions()
-            .get::<AdmissionSlot>()
-            .cloned()
-            .unwrap_or_default();
-        let shutdown = request
-            .extensions()
-            .get::<Shutdown>()
-            .cloned()
-            .unwrap_or_default();
+        let slot = admission_slot(&request);
+        let shutdown = shutdown_signal(&request);
         let r = request.into_inner();
         let receive = Receive {
             consumer: r.consumer,
