@@ -108,7 +108,13 @@ fn grpc_job_args(i: usize) -> Vec<prost_types::Value> {
 /// A job worker/producer over one protocol, on its own connection.
 pub enum Jobs {
     Http(Http),
-    Grpc(OjsClient, WorkerClient),
+    Grpc(Box<GrpcJobs>),
+}
+
+/// The gRPC clients of a worker: the OJS service and the pgvs3 worker extensions.
+pub struct GrpcJobs {
+    ojs: OjsClient,
+    workers: WorkerClient,
 }
 
 #[derive(Deserialize)]
@@ -134,7 +140,10 @@ impl Jobs {
             Protocol::Http => Jobs::Http(Http::new(base)?),
             Protocol::Grpc => {
                 let channel = channel(base).await?;
-                Jobs::Grpc(OjsClient::new(channel.clone()), WorkerClient::new(channel))
+                Jobs::Grpc(Box::new(GrpcJobs {
+                    ojs: OjsClient::new(channel.clone()),
+                    workers: WorkerClient::new(channel),
+                }))
             }
         })
     }
@@ -189,8 +198,9 @@ impl Jobs {
                     serde_json::from_slice(&http.post("/ojs/v1/jobs/batch", body).await?)?;
                 Ok(answer.count)
             }
-            (Jobs::Grpc(grpc, _), Prepared::Grpc(request)) => {
+            (Jobs::Grpc(grpc), Prepared::Grpc(request)) => {
                 let answer = grpc
+                    .ojs
                     .enqueue_batch(request)
                     .await
                     .map_err(|s| grpc_error("EnqueueBatch", s))?;
@@ -208,7 +218,8 @@ impl Jobs {
                                   "options": {"queue": queue}});
                 http.post("/ojs/v1/jobs", body.to_string()).await.map(drop)
             }
-            Jobs::Grpc(grpc, _) => grpc
+            Jobs::Grpc(grpc) => grpc
+                .ojs
                 .enqueue(ojs::EnqueueRequest {
                     r#type: "bench.job".into(),
                     args: grpc_job_args(i),
@@ -248,8 +259,9 @@ impl Jobs {
                     })
                     .collect())
             }
-            Jobs::Grpc(grpc, _) => {
+            Jobs::Grpc(grpc) => {
                 let answer = grpc
+                    .ojs
                     .fetch(ojs::FetchRequest {
                         queues: vec![queue.into()],
                         count: i32::try_from(count)?,
@@ -282,7 +294,8 @@ impl Jobs {
                     .await
                     .map(drop)
             }
-            Jobs::Grpc(grpc, _) => grpc
+            Jobs::Grpc(grpc) => grpc
+                .ojs
                 .ack(ojs::AckRequest {
                     job_id: claim.id.clone(),
                     lease_token: claim.token.clone(),
@@ -315,8 +328,9 @@ impl Jobs {
                 )?;
                 answer.acknowledged
             }
-            Jobs::Grpc(_, workers) => {
-                let answer = workers
+            Jobs::Grpc(grpc) => {
+                let answer = grpc
+                    .workers
                     .ack_batch(streams::AckBatchRequest {
                         acks: claims
                             .iter()
