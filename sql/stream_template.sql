@@ -23,6 +23,11 @@ CREATE TABLE IF NOT EXISTS __SCHEMA__.stream_ticks (
     max_seq    bigint NOT NULL,
     created_at timestamptz NOT NULL DEFAULT now()
 );
+-- What a tick added over the tick before it (`prev_tick`): all its events, and those targeted at
+-- one consumer. A receive reads a batch's size from here instead of counting it (NULL: unknown).
+ALTER TABLE __SCHEMA__.stream_ticks ADD COLUMN IF NOT EXISTS prev_tick bigint;
+ALTER TABLE __SCHEMA__.stream_ticks ADD COLUMN IF NOT EXISTS added bigint;
+ALTER TABLE __SCHEMA__.stream_ticks ADD COLUMN IF NOT EXISTS targeted bigint;
 
 -- Per physical segment: when it stopped being current and its seal (a snapshot xmax taken in a
 -- later transaction, so every writer of the segment is below it).
@@ -239,24 +244,29 @@ LANGUAGE sql STABLE AS $fn$
 $fn$;
 
 -- Creates a tick when events are visible that the latest tick does not cover (or always, with
--- `force`); returns the latest tick either way. The snapshot never counts this transaction's own
--- appends as visible.
+-- `force`), recording how many it adds; returns the latest tick either way. The snapshot never
+-- counts this transaction's own appends as visible.
 CREATE OR REPLACE FUNCTION __SCHEMA__.stream_tick(force boolean DEFAULT false) RETURNS bigint
 LANGUAGE plpgsql AS $fn$
 DECLARE
     latest record;
     now_snapshot pg_snapshot := __SCHEMA__.stream_snapshot();
+    n_added bigint;
+    n_targeted bigint;
     created bigint;
 BEGIN
     SELECT t.tick_id, t.snapshot INTO latest FROM __SCHEMA__.stream_ticks t ORDER BY t.tick_id DESC LIMIT 1;
-    IF force OR latest.tick_id IS NULL OR EXISTS (
-        SELECT 1 FROM __SCHEMA__.stream_events e
+    IF latest.tick_id IS NOT NULL THEN
+        SELECT count(*), count(*) FILTER (WHERE e.target IS NOT NULL) INTO n_added, n_targeted
+          FROM __SCHEMA__.stream_events e
          WHERE e.txid >= pg_snapshot_xmin(latest.snapshot) AND e.txid < pg_snapshot_xmax(now_snapshot)
            AND pg_visible_in_snapshot(e.txid, now_snapshot)
-           AND NOT pg_visible_in_snapshot(e.txid, latest.snapshot))
-    THEN
-        INSERT INTO __SCHEMA__.stream_ticks (snapshot, max_seq)
-        VALUES (now_snapshot, coalesce((SELECT max(e.seq) FROM __SCHEMA__.stream_events e), 0))
+           AND NOT pg_visible_in_snapshot(e.txid, latest.snapshot);
+    END IF;
+    IF force OR latest.tick_id IS NULL OR n_added > 0 THEN
+        INSERT INTO __SCHEMA__.stream_ticks (snapshot, max_seq, prev_tick, added, targeted)
+        VALUES (now_snapshot, coalesce((SELECT max(e.seq) FROM __SCHEMA__.stream_events e), 0),
+                latest.tick_id, n_added, n_targeted)
         RETURNING tick_id INTO created;
         RETURN created;
     END IF;
@@ -325,7 +335,8 @@ BEGIN
 
     LOOP
         SELECT t.snapshot INTO cursor_snap FROM __SCHEMA__.stream_ticks t WHERE t.tick_id = cursor_tick;
-        SELECT t.tick_id, t.snapshot INTO next_tick FROM __SCHEMA__.stream_ticks t
+        SELECT t.tick_id, t.snapshot, t.prev_tick, t.added, t.targeted INTO next_tick
+          FROM __SCHEMA__.stream_ticks t
          WHERE t.tick_id > cursor_tick ORDER BY t.tick_id LIMIT 1;
         IF NOT FOUND THEN
             -- On-demand tick: only when there is something new to deliver.
@@ -336,7 +347,12 @@ BEGIN
             CONTINUE;
         END IF;
 
-        SELECT count(*) INTO n FROM __SCHEMA__.stream_between(cursor_snap, next_tick.snapshot, name);
+        IF next_tick.prev_tick = cursor_tick AND next_tick.targeted = 0 THEN
+            -- The tick follows the cursor and holds no targeted event: its size is this batch's.
+            n := next_tick.added;
+        ELSE
+            SELECT count(*) INTO n FROM __SCHEMA__.stream_between(cursor_snap, next_tick.snapshot, name);
+        END IF;
         IF n = 0 THEN
             -- An empty range: the cursor moves past it (recorded as an acked batch for groups).
             IF sub.cooperative THEN
@@ -358,13 +374,20 @@ BEGIN
 
         end_tick_id := next_tick.tick_id;
         end_snap := next_tick.snapshot;
-        -- Merge further consecutive ticks while the batch stays within max_events.
+        -- Merge further consecutive ticks while the batch stays within max_events. A tick that
+        -- follows the batch's end adds at most its `added` events (fewer when some are targeted
+        -- at other consumers), so that bound stands in for a count.
         LOOP
             EXIT WHEN merged >= 100;
-            SELECT t.tick_id, t.snapshot INTO next_tick FROM __SCHEMA__.stream_ticks t
+            SELECT t.tick_id, t.snapshot, t.prev_tick, t.added, t.targeted INTO next_tick
+              FROM __SCHEMA__.stream_ticks t
              WHERE t.tick_id > end_tick_id ORDER BY t.tick_id LIMIT 1;
             EXIT WHEN NOT FOUND;
-            SELECT count(*) INTO n FROM __SCHEMA__.stream_between(cursor_snap, next_tick.snapshot, name);
+            IF next_tick.prev_tick = end_tick_id AND next_tick.added IS NOT NULL THEN
+                n := n + next_tick.added;
+            ELSE
+                SELECT count(*) INTO n FROM __SCHEMA__.stream_between(cursor_snap, next_tick.snapshot, name);
+            END IF;
             EXIT WHEN n > max_events;
             end_tick_id := next_tick.tick_id;
             end_snap := next_tick.snapshot;
