@@ -107,8 +107,7 @@ BEGIN
         -- unnest, not subscripts: reaching element i of an array of rows walks the i - 1 before it.
         INSERT INTO s3p.events (type, job_id, queue, job_type, data)
         SELECT t.event_type, j.id, j.queue, j.type,
-               jsonb_build_object('job_id', j.id, 'job_type', j.type, 'queue', j.queue,
-                                  'state', j.state, 'attempt', j.attempt) || coalesce(e.extra, '{}')
+               s3p.event_data(j.id, j.type, j.queue, j.state, j.attempt) || coalesce(e.extra, '{}')
           FROM unnest(jobs) WITH ORDINALITY AS j
           JOIN unnest(event_types) WITH ORDINALITY AS t(event_type, ord) ON t.ord = j.ordinality
           LEFT JOIN unnest(extras) WITH ORDINALITY AS e(extra, ord) ON e.ord = j.ordinality
@@ -159,8 +158,9 @@ BEGIN
 END
 $$;
 
--- Enqueues a JSON array of jobs atomically: all or none, answered in the order given. Jobs of one
--- queue are stored with one insert, one index insert and one NOTIFY; unique jobs and rate-limit
+-- Enqueues a JSON array of jobs atomically: all or none. Jobs of one queue are stored with one
+-- statement (jobs, events) plus one index insert and one NOTIFY; the answer lists the queues in
+-- the order they first appear, each queue's jobs in the order given. Unique jobs and rate-limit
 -- settings take the single path, job by job, for their per-job checks.
 CREATE OR REPLACE FUNCTION s3p.enqueue_batch(jobs jsonb) RETURNS SETOF s3p.job
 LANGUAGE plpgsql AS $$
@@ -168,8 +168,6 @@ DECLARE
     job          jsonb;
     part         record;
     queue_schema text;
-    stored       s3p.job[] := '{}';
-    added        s3p.job[];
     clash        uuid;
 BEGIN
     IF EXISTS (SELECT 1 FROM jsonb_array_elements(jobs) AS e(value)
@@ -180,41 +178,38 @@ BEGIN
         RETURN;
     END IF;
     FOR part IN
-        SELECT r.queue, array_agg(r ORDER BY e.ord) AS batch
-          FROM jsonb_array_elements(jobs) WITH ORDINALITY AS e(value, ord),
-               LATERAL jsonb_populate_record(NULL::s3p.job, e.value) AS r
-         GROUP BY r.queue
+        SELECT e.value->>'queue' AS queue,
+               jsonb_agg(e.value ORDER BY e.ord) AS rows,
+               array_agg((e.value->>'id')::uuid ORDER BY e.ord) AS ids,
+               bool_or(e.value->>'state' IS DISTINCT FROM 'pending'
+                       AND (e.value->>'scheduled_at' IS NULL
+                            OR (e.value->>'scheduled_at')::timestamptz <= now())) AS any_available
+          FROM jsonb_array_elements(jobs) WITH ORDINALITY AS e(value, ord)
+         GROUP BY e.value->>'queue'
          ORDER BY min(e.ord)
     LOOP
         queue_schema := s3p.ensure_queue_schema(part.queue);
-        SELECT b.id INTO clash FROM unnest(part.batch::s3p.job[]) AS b GROUP BY b.id HAVING count(*) > 1 LIMIT 1;
+        SELECT i.id INTO clash FROM unnest(part.ids) AS i(id) GROUP BY i.id HAVING count(*) > 1 LIMIT 1;
         IF clash IS NULL THEN
             WITH indexed AS (
                 INSERT INTO s3p.job_index (id, queue)
-                SELECT b.id, part.queue FROM unnest(part.batch::s3p.job[]) AS b
+                SELECT i.id, part.queue FROM unnest(part.ids) AS i(id)
                 ON CONFLICT (id) DO NOTHING
                 RETURNING id
             )
-            SELECT b.id INTO clash FROM unnest(part.batch::s3p.job[]) AS b
-             WHERE b.id NOT IN (SELECT id FROM indexed) LIMIT 1;
+            SELECT i.id INTO clash FROM unnest(part.ids) AS i(id)
+             WHERE i.id NOT IN (SELECT id FROM indexed) LIMIT 1;
         END IF;
         IF clash IS NOT NULL THEN
             RAISE EXCEPTION 'a job with id % already exists', clash
                 USING ERRCODE = 'PV411', DETAIL = clash::text;
         END IF;
-        PERFORM s3p.check_job_quota(part.queue, queue_schema, cardinality(part.batch));
-        EXECUTE format('SELECT coalesce(array_agg(j), ''{}'') FROM %I.enqueue_many($1) AS j', queue_schema)
-           INTO added USING part.batch::s3p.job[];
-        stored := stored || added;
+        PERFORM s3p.check_job_quota(part.queue, queue_schema, cardinality(part.ids));
+        RETURN QUERY EXECUTE format('SELECT * FROM %I.enqueue_many($1)', queue_schema) USING part.rows;
+        IF part.any_available THEN
+            PERFORM pg_notify('s3p_jobs', part.queue);
+        END IF;
     END LOOP;
-    IF EXISTS (SELECT 1 FROM unnest(stored) AS j WHERE j.state = 'available') THEN
-        PERFORM pg_notify('s3p_jobs', j.queue)
-           FROM (SELECT DISTINCT u.queue FROM unnest(stored) AS u WHERE u.state = 'available') AS j;
-    END IF;
-    RETURN QUERY
-        SELECT j.* FROM unnest(stored) AS j
-          JOIN jsonb_array_elements(jobs) WITH ORDINALITY AS e(value, ord) ON (e.value->>'id')::uuid = j.id
-         ORDER BY e.ord;
 END
 $$;
 

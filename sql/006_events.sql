@@ -12,13 +12,20 @@ CREATE TABLE IF NOT EXISTS s3p.events (
 );
 CREATE INDEX IF NOT EXISTS events_time ON s3p.events (time);
 
+-- The standard data fields of a job's lifecycle event (inlined where it is called).
+CREATE OR REPLACE FUNCTION s3p.event_data(job_id uuid, job_type text, queue text, state text, attempt int)
+RETURNS jsonb
+LANGUAGE sql IMMUTABLE AS $$
+    SELECT jsonb_build_object('job_id', job_id, 'job_type', job_type, 'queue', queue,
+                              'state', state, 'attempt', attempt)
+$$;
+
 -- Records one lifecycle event of a job; `extra` joins the standard data fields.
 CREATE OR REPLACE FUNCTION s3p.emit(event_type text, job s3p.job, extra jsonb DEFAULT '{}') RETURNS void
 LANGUAGE sql AS $$
     INSERT INTO s3p.events (type, job_id, queue, job_type, data)
     VALUES (event_type, job.id, job.queue, job.type,
-            jsonb_build_object('job_id', job.id, 'job_type', job.type, 'queue', job.queue,
-                               'state', job.state, 'attempt', job.attempt) || coalesce(extra, '{}'))
+            s3p.event_data(job.id, job.type, job.queue, job.state, job.attempt) || coalesce(extra, '{}'))
 $$;
 
 -- Events after a cursor, filtered (NULL = any), oldest first.

@@ -1566,3 +1566,35 @@ async fn batch_ack_over_grpc_completes_valid_acks_and_names_each_failure() {
     assert_eq!(refused.code(), tonic::Code::InvalidArgument);
     app.stop().await;
 }
+
+/// A batch spanning queues is stored queue by queue but answered in the order it was sent.
+#[tokio::test]
+async fn batch_enqueue_across_queues_answers_in_request_order() {
+    let app = common::spawn_app().await;
+    let http = Http::new(&app);
+    let queues = ["qa", "qb", "qa", "qc", "qb", "qa"];
+    let jobs: Vec<Value> = queues
+        .iter()
+        .enumerate()
+        .map(|(i, q)| json!({"type": "mixed.batch", "args": [i], "options": {"queue": q}}))
+        .collect();
+    let (status, answer) = http.post("/ojs/v1/jobs/batch", json!({"jobs": jobs})).await;
+    assert_eq!(status, StatusCode::CREATED, "batch: {answer}");
+    let stored: Vec<(Value, Value)> = answer["jobs"]
+        .as_array()
+        .expect("jobs")
+        .iter()
+        .map(|j| (j["args"][0].clone(), j["queue"].clone()))
+        .collect();
+    let sent: Vec<(Value, Value)> = queues
+        .iter()
+        .enumerate()
+        .map(|(i, q)| (json!(i), json!(q)))
+        .collect();
+    assert_eq!(stored, sent);
+    // Each queue got its own jobs, in the order sent.
+    let claimed = http.fetch(json!({"queues": ["qa"], "count": 10})).await;
+    let args: Vec<Value> = claimed.iter().map(|j| j["args"][0].clone()).collect();
+    assert_eq!(args, vec![json!(0), json!(2), json!(5)]);
+    app.stop().await;
+}

@@ -218,9 +218,21 @@ impl Service {
                 })
             })
             .collect::<Result<Vec<_>, _>>()?;
-        self.store
+        let order: std::collections::HashMap<String, usize> = rows
+            .iter()
+            .enumerate()
+            .filter_map(|(i, row)| Some((row.get("id")?.as_str()?.to_string(), i)))
+            .collect();
+        let mut stored = self
+            .store
             .enqueue_batch(&serde_json::Value::Array(rows))
-            .await
+            .await?;
+        // The store answers queue by queue; the caller gets its own order back. (A unique job
+        // answered with an existing job keeps the store's order, which is already the caller's.)
+        if stored.iter().all(|j| order.contains_key(&j.id.to_string())) {
+            stored.sort_by_key(|j| order.get(&j.id.to_string()).copied());
+        }
+        Ok(stored)
     }
 
     /// One job in its effective state.
