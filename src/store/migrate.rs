@@ -39,8 +39,18 @@ const QUEUE_TEMPLATE: &str = concat!(
     include_str!("../../sql/stream_template.sql")
 );
 
-/// Applies pending migrations under an advisory lock, installs the queue template and upgrades
-/// every existing queue schema to it.
+/// The digest recorded for a migration's SQL.
+fn checksum(sql: &str) -> String {
+    use sha2::{Digest, Sha256};
+    Sha256::digest(sql.as_bytes())
+        .iter()
+        .map(|b| format!("{b:02x}"))
+        .collect()
+}
+
+/// Applies new migrations, and again every applied one whose SQL changed since (each file is
+/// idempotent: tables `IF NOT EXISTS`, functions `CREATE OR REPLACE`), under an advisory lock;
+/// installs the queue template and upgrades every existing queue schema to it.
 pub async fn run(pool: &PgPool) -> Result<(), CoreError> {
     let mut tx = pool.begin().await.map_err(map_db_error)?;
     // One migrator at a time when several gateways start together.
@@ -51,30 +61,44 @@ pub async fn run(pool: &PgPool) -> Result<(), CoreError> {
     sqlx::raw_sql(
         "CREATE SCHEMA IF NOT EXISTS s3p;
          CREATE TABLE IF NOT EXISTS s3p.migrations (
-             version int PRIMARY KEY, name text NOT NULL, applied_at timestamptz NOT NULL DEFAULT now())",
+             version int PRIMARY KEY, name text NOT NULL, applied_at timestamptz NOT NULL DEFAULT now());
+         ALTER TABLE s3p.migrations ADD COLUMN IF NOT EXISTS checksum text",
     )
     .execute(&mut *tx)
     .await
     .map_err(map_db_error)?;
-    let applied: Vec<i32> = sqlx::query_scalar("SELECT version FROM s3p.migrations")
-        .fetch_all(&mut *tx)
-        .await
-        .map_err(map_db_error)?;
+    let applied: Vec<(i32, Option<String>)> =
+        sqlx::query_as("SELECT version, checksum FROM s3p.migrations")
+            .fetch_all(&mut *tx)
+            .await
+            .map_err(map_db_error)?;
     for Migration(version, name, sql) in MIGRATIONS {
-        if applied.contains(version) {
+        let digest = checksum(sql);
+        let recorded = applied.iter().find(|(v, _)| v == version);
+        if recorded.is_some_and(|(_, c)| c.as_deref() == Some(digest.as_str())) {
             continue;
         }
-        tracing::info!(version, name, "applying migration");
+        tracing::info!(
+            version,
+            name,
+            again = recorded.is_some(),
+            "applying migration"
+        );
         sqlx::raw_sql(*sql)
             .execute(&mut *tx)
             .await
             .map_err(map_db_error)?;
-        sqlx::query("INSERT INTO s3p.migrations (version, name) VALUES ($1, $2)")
-            .bind(version)
-            .bind(name)
-            .execute(&mut *tx)
-            .await
-            .map_err(map_db_error)?;
+        sqlx::query(
+            "INSERT INTO s3p.migrations (version, name, checksum) VALUES ($1, $2, $3)
+             ON CONFLICT (version) DO UPDATE SET name = excluded.name, checksum = excluded.checksum,
+                                                 applied_at = now()",
+        )
+        .bind(version)
+        .bind(name)
+        .bind(&digest)
+        .execute(&mut *tx)
+        .await
+        .map_err(map_db_error)?;
     }
     sqlx::query(
         "INSERT INTO s3p.queue_templates (version, body) VALUES ($1, $2)
