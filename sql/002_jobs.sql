@@ -340,10 +340,23 @@ END
 $$;
 
 -- Queue namespaces, by name.
+DROP FUNCTION IF EXISTS s3p.list_queues();
 CREATE OR REPLACE FUNCTION s3p.list_queues()
-RETURNS TABLE (name text, paused boolean, created_at timestamptz)
-LANGUAGE sql STABLE AS $$
-    SELECT q.name, q.paused, q.created_at FROM s3p.queues q ORDER BY q.name
+RETURNS TABLE (name text, paused boolean, created_at timestamptz, available bigint)
+LANGUAGE plpgsql STABLE AS $$
+DECLARE
+    q s3p.queues;
+BEGIN
+    FOR q IN SELECT * FROM s3p.queues ORDER BY s3p.queues.name LOOP
+        name := q.name;
+        paused := q.paused;
+        created_at := q.created_at;
+        -- Claimable now, as a fetch would see it (the ready index's rows that are due).
+        EXECUTE format('SELECT count(*) FROM %I.jobs WHERE state IN (''available'', ''scheduled'', ''retryable'')
+                          AND run_at <= now()', q.schema_name) INTO available;
+        RETURN NEXT;
+    END LOOP;
+END
 $$;
 
 -- Extends leases of the listed active jobs (in any queues); returns extended ids and directives.

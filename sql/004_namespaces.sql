@@ -74,7 +74,14 @@ BEGIN
             'discarded', count(*) FILTER (WHERE state = 'discarded'),
             'dead_letters', count(*) FILTER (WHERE state = 'discarded' AND retry->>'on_exhaustion' = 'dead_letter'),
             'completed_last_hour', count(*) FILTER (WHERE state = 'completed' AND completed_at > now() - interval '1 hour'),
-            'failed_last_hour', count(*) FILTER (WHERE state = 'discarded' AND completed_at > now() - interval '1 hour'))
+            'failed_last_hour', count(*) FILTER (WHERE state = 'discarded' AND completed_at > now() - interval '1 hour'),
+            -- Over the last hour: run time of completed jobs, wait from enqueue to start, completions per second.
+            'avg_duration_ms', round(coalesce(avg(extract(epoch FROM completed_at - started_at) * 1000)
+                FILTER (WHERE state = 'completed' AND completed_at > now() - interval '1 hour'), 0)::numeric, 3),
+            'avg_wait_ms', round(coalesce(avg(extract(epoch FROM started_at - coalesce(enqueued_at, created_at)) * 1000)
+                FILTER (WHERE started_at > now() - interval '1 hour'), 0)::numeric, 3),
+            'throughput_per_second', round(count(*) FILTER (WHERE state = 'completed'
+                AND completed_at > now() - interval '1 hour') / 3600.0, 6))
         FROM %I.jobs $f$, q.schema_name) INTO counts;
     EXECUTE format($f$
         SELECT jsonb_build_object(

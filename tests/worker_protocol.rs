@@ -1598,3 +1598,61 @@ async fn batch_enqueue_across_queues_answers_in_request_order() {
     assert_eq!(args, vec![json!(0), json!(2), json!(5)]);
     app.stop().await;
 }
+
+/// Queue listings count what a fetch could claim, and queue statistics measure the last hour's
+/// run time, wait and throughput (over gRPC and in the HTTP stats object).
+#[tokio::test]
+async fn queue_statistics_measure_the_last_hour() {
+    let app = common::spawn_app().await;
+    let http = Http::new(&app);
+    let mut grpc = app.grpc().await;
+    for n in 0..3 {
+        http.enqueue(json!({"type": "stats.job", "args": [n], "options": {"queue": "stq"}}))
+            .await;
+    }
+    let claimed = http.fetch(json!({"queues": ["stq"]})).await;
+    tokio::time::sleep(Duration::from_millis(50)).await;
+    http.ack(&claimed[0]).await;
+
+    let listed = grpc
+        .list_queues(pb::ListQueuesRequest::default())
+        .await
+        .expect("list queues")
+        .into_inner();
+    let stq = listed
+        .queues
+        .iter()
+        .find(|q| q.name == "stq")
+        .expect("stq listed");
+    assert_eq!(stq.available_count, 2);
+
+    let stats = grpc
+        .queue_stats(pb::QueueStatsRequest {
+            queue: "stq".into(),
+        })
+        .await
+        .expect("queue stats")
+        .into_inner()
+        .stats
+        .expect("stats");
+    assert!(stats.avg_duration_ms >= 50.0, "{stats:?}");
+    assert!(stats.avg_wait_ms >= 0.0, "{stats:?}");
+    assert!(
+        (stats.throughput_per_second - 1.0 / 3600.0).abs() < 1e-6,
+        "{stats:?}"
+    );
+
+    let (status, answer) = http.get("/ojs/v1/queues/stq/stats").await;
+    assert_eq!(status, StatusCode::OK, "{answer}");
+    let q = &answer["queue"];
+    assert_eq!(
+        q["avg_duration_ms"].as_f64(),
+        Some(stats.avg_duration_ms),
+        "{answer}"
+    );
+    assert_eq!(
+        q["throughput_per_second"].as_f64(),
+        Some(stats.throughput_per_second)
+    );
+    app.stop().await;
+}

@@ -301,6 +301,8 @@ pub struct QueueSummary {
     pub paused: bool,
     /// When the namespace was created.
     pub created_at: DateTime<Utc>,
+    /// Jobs a fetch could claim now.
+    pub available: i64,
 }
 
 /// A worker's heartbeat.

@@ -381,7 +381,7 @@ impl OjsService for GrpcAdapter {
                     .map(|q| pb::QueueInfo {
                         name: q.name.clone(),
                         paused: q.paused,
-                        available_count: 0,
+                        available_count: q.available,
                         created_at: Some(convert::created_at(&q.created_at)),
                     })
                     .collect(),
@@ -401,9 +401,14 @@ impl OjsService for GrpcAdapter {
             &id,
             result.map(|stats| {
                 let count = |key: &str| stats.get(key).and_then(serde_json::Value::as_i64);
+                let rate = |key: &str| {
+                    stats
+                        .get(key)
+                        .and_then(serde_json::Value::as_f64)
+                        .unwrap_or_default()
+                };
                 pb::QueueStatsResponse {
                     queue,
-                    // Durations, waits and throughput are not measured (left 0).
                     stats: Some(pb::QueueStatistics {
                         available: count("available").unwrap_or_default(),
                         active: count("active").unwrap_or_default(),
@@ -416,7 +421,9 @@ impl OjsService for GrpcAdapter {
                             .get("paused")
                             .and_then(serde_json::Value::as_bool)
                             .unwrap_or(false),
-                        ..Default::default()
+                        avg_duration_ms: rate("avg_duration_ms"),
+                        avg_wait_ms: rate("avg_wait_ms"),
+                        throughput_per_second: rate("throughput_per_second"),
                     }),
                 }
             }),

@@ -588,17 +588,18 @@ impl Store {
     /// `s3p.list_queues`.
     #[tracing::instrument(name = "db", skip_all, fields(op = "list_queues"))]
     pub async fn list_queues(&self) -> Result<Vec<QueueSummary>, CoreError> {
-        let rows: Vec<(String, bool, DateTime<Utc>)> =
-            sqlx::query_as("SELECT name, paused, created_at FROM s3p.list_queues()")
+        let rows: Vec<(String, bool, DateTime<Utc>, i64)> =
+            sqlx::query_as("SELECT name, paused, created_at, available FROM s3p.list_queues()")
                 .fetch_all(&self.pool)
                 .await
                 .map_err(map_db_error)?;
         Ok(rows
             .into_iter()
-            .map(|(name, paused, created_at)| QueueSummary {
+            .map(|(name, paused, created_at, available)| QueueSummary {
                 name,
                 paused,
                 created_at,
+                available,
             })
             .collect())
     }
