@@ -128,11 +128,18 @@ BEGIN
         q.settings := q.settings || jsonb_build_object('autovacuum',
             coalesce(q.settings->'autovacuum', '{}'::jsonb) || (changes->'autovacuum'));
     END IF;
-    q.settings := jsonb_strip_nulls(q.settings || (changes - 'autovacuum' - 'max_retries' - 'retention_ms'));
+    q.settings := jsonb_strip_nulls(q.settings || (changes - 'autovacuum' - 'max_retries' - 'retention_ms' - 'takeover_ms'));
     UPDATE s3p.queues SET settings = q.settings WHERE name = queue;
     EXECUTE format('SELECT * FROM %I.stream_configure($1, $2)', q.schema_name)
         INTO stream USING (changes->>'max_retries')::int, (changes->>'retention_ms')::bigint;
-    RETURN q.settings || jsonb_build_object('max_retries', stream.max_retries, 'retention_ms', stream.retention_ms);
+    -- How long a cooperative member's batch stays its own before another member may take it over.
+    IF changes ? 'takeover_ms' THEN
+        EXECUTE format('UPDATE %I.stream_config SET takeover_ms = $1', q.schema_name)
+          USING (changes->>'takeover_ms')::bigint;
+    END IF;
+    EXECUTE format('SELECT takeover_ms FROM %I.stream_config', q.schema_name) INTO setting;
+    RETURN q.settings || jsonb_build_object('max_retries', stream.max_retries, 'retention_ms', stream.retention_ms,
+                                            'takeover_ms', setting.takeover_ms);
 END
 $$;
 

@@ -2166,3 +2166,62 @@ async fn read_only_gateway_reads_but_rejects_stream_mutations() {
     );
     gateway.stop().await;
 }
+
+/// A cooperative member's unacked batch stays its own for the queue's takeover interval; after it,
+/// another member's receive takes the same events over as a new batch and the old batch can no
+/// longer be acked. The interval is part of the queue configuration.
+#[tokio::test]
+async fn cooperative_takeover_after_the_configured_interval() {
+    let app = spawn_quiet().await;
+    let api = Api::new(&app);
+    let mut conn = db(&app).await;
+    let q = "takeover";
+    api.subscribe(q, "g", None, true).await;
+    let config = api.set_config(q, json!({"takeover": "600ms"})).await;
+    assert_eq!(config["takeover_ms"], 600, "{config}");
+    let (status, refused) = api
+        .post(
+            &format!("/ojs/v1/queues/{q}/config"),
+            json!({"takeover": "soon"}),
+        )
+        .await;
+    assert_eq!(status, StatusCode::BAD_REQUEST, "{refused}");
+    assert_eq!(
+        api.set_config(q, json!({})).await["takeover_ms"],
+        600,
+        "unchanged"
+    );
+
+    let sent: Vec<String> = api
+        .append_many(
+            q,
+            (0..3)
+                .map(|i| msg("takeover.one", json!({"i": i})))
+                .collect(),
+        )
+        .await
+        .into_iter()
+        .map(|(id, _)| id)
+        .collect();
+    maintain(&mut conn).await;
+    let first = api.receive_member(q, "g", "m1", 10).await;
+    assert_eq!(ids(&first), sent);
+    // Within the interval the batch is m1's: m2 finds nothing to take.
+    assert_eq!(batch_id(&api.receive_member(q, "g", "m2", 10).await), None);
+    tokio::time::sleep(Duration::from_millis(700)).await;
+    let taken = api.receive_member(q, "g", "m2", 10).await;
+    assert_eq!(ids(&taken), sent, "m2 gets m1's events");
+    assert_ne!(batch_id(&taken), batch_id(&first), "as a new batch");
+    assert_eq!(taken["member"], "m2");
+    let (status, _) = api
+        .ack_raw(json!({"queue": q, "batch_id": batch_id(&first)}))
+        .await;
+    assert_eq!(
+        status,
+        StatusCode::CONFLICT,
+        "the taken-over batch is no longer m1's"
+    );
+    api.ack(q, &batch_id(&taken).expect("batch")).await;
+    assert_eq!(batch_id(&api.receive_member(q, "g", "m1", 10).await), None);
+    app.stop().await;
+}

@@ -595,6 +595,8 @@ pub struct QueueConfigChanges {
     pub autovacuum: Option<Map<String, Value>>,
     /// Whether job lifecycle events are also appended to the queue's stream.
     pub mirror_job_events: Option<bool>,
+    /// How long a cooperative member's unacked batch is its own (duration text, at least 1ms).
+    pub takeover: Option<String>,
 }
 
 fn duration_field(field: &str, text: &str, min_ms: i64) -> Result<i64, CoreError> {
@@ -629,6 +631,12 @@ pub fn queue_config_changes(c: &QueueConfigChanges) -> Result<Value, CoreError> 
         out.insert(
             "retention_ms".into(),
             duration_field("retention", text, 1000)?.into(),
+        );
+    }
+    if let Some(text) = &c.takeover {
+        out.insert(
+            "takeover_ms".into(),
+            duration_field("takeover", text, 1)?.into(),
         );
     }
     if let Some(text) = &c.job_retention {

@@ -44,6 +44,7 @@ fn config(config: &Value) -> pb::QueueConfig {
             .get("mirror_job_events")
             .and_then(Value::as_bool)
             .unwrap_or(false),
+        takeover_ms: int("takeover_ms").unwrap_or_default(),
     }
 }
 
@@ -77,6 +78,7 @@ fn changes(r: pb::SetQueueConfigRequest) -> Result<QueueConfigChanges, CoreError
             .map(from_struct)
             .filter(|settings| !settings.is_empty()),
         mirror_job_events: r.mirror_job_events,
+        takeover: r.takeover,
     })
 }
 

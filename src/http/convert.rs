@@ -272,6 +272,7 @@ pub fn queue_config(config: serde_json::Value) -> Result<types::QueueConfig, Cor
                 .and_then(serde_json::Value::as_bool)
                 .unwrap_or(false),
         ),
+        takeover_ms: int("takeover_ms"),
     })
 }
 
@@ -298,6 +299,7 @@ pub fn queue_config_changes(
         max_stream_events: quota("max_stream_events", body.max_stream_events)?,
         autovacuum: body.autovacuum,
         mirror_job_events: body.mirror_job_events,
+        takeover: body.takeover,
     })
 }
 
