@@ -247,26 +247,33 @@ LANGUAGE plpgsql
 SET plan_cache_mode = force_generic_plan
 AS $fn$
 DECLARE
-    done s3p.job[];
     job s3p.job;
 BEGIN
-    PERFORM 1 FROM __SCHEMA__.jobs j WHERE j.id = ANY (ids) ORDER BY j.id FOR UPDATE;
-    WITH input AS (
-        SELECT i.id, i.token, i.result FROM unnest(ids, tokens, results) AS i(id, token, result)
-    ), completed AS (
-        UPDATE __SCHEMA__.jobs j
-           SET state = 'completed', previous_state = 'active', completed_at = now(), result = i.result,
-               error = NULL, lease_token = NULL, lease_expires_at = NULL
-          FROM input i
-         WHERE j.id = i.id AND j.state = 'active' AND (i.token IS NULL OR i.token = j.lease_token)
-        RETURNING j.*
-    )
-    SELECT coalesce(array_agg(c ORDER BY c.seq), '{}') INTO done FROM completed c;
-    PERFORM s3p.emit_all(array_fill('job.completed'::text, ARRAY[cardinality(done)]), done, ARRAY(
-        SELECT jsonb_build_object('duration_ms', round(extract(epoch FROM d.completed_at - d.started_at) * 1000),
-                                  'result', d.result)
-          FROM unnest(done) WITH ORDINALITY AS d ORDER BY d.ordinality));
-    FOREACH job IN ARRAY done LOOP
+    -- One statement: lock in id order, complete, record the events.
+    FOR job IN
+        WITH input AS (
+            SELECT i.id, i.token, i.result FROM unnest(ids, tokens, results) AS i(id, token, result)
+        ), locked AS (
+            SELECT j.id FROM __SCHEMA__.jobs j WHERE j.id = ANY (ids) ORDER BY j.id FOR UPDATE
+        ), completed AS (
+            UPDATE __SCHEMA__.jobs j
+               SET state = 'completed', previous_state = 'active', completed_at = now(), result = i.result,
+                   error = NULL, lease_token = NULL, lease_expires_at = NULL
+              FROM input i, locked l
+             WHERE j.id = i.id AND l.id = i.id AND j.state = 'active'
+               AND (i.token IS NULL OR i.token = j.lease_token)
+            RETURNING j.*
+        ), recorded AS (
+            INSERT INTO s3p.events (type, job_id, queue, job_type, data)
+            SELECT 'job.completed', c.id, c.queue, c.type,
+                   s3p.event_data(c.id, c.type, c.queue, c.state, c.attempt)
+                   || jsonb_build_object('duration_ms', round(extract(epoch FROM c.completed_at - c.started_at) * 1000),
+                                         'result', c.result)
+              FROM completed c
+             ORDER BY c.seq
+        )
+        SELECT * FROM completed ORDER BY seq
+    LOOP
         IF job.workflow_id IS NOT NULL THEN
             PERFORM __SCHEMA__.settled(job);
         END IF;
