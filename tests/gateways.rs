@@ -1239,11 +1239,37 @@ async fn per_queue_admission_refuses_one_queue_while_another_works() {
     .await;
     http.ok_get("/ojs/manifest").await;
     assert_eq!(http.state(&job).await, "available");
-    // gRPC requests are not classified per queue (see README): only the global limit applies.
+    // gRPC requests count against the same per-queue limits once their message is decoded.
     let mut grpc = app.grpc().await;
-    grpc.enqueue(grpc_enqueue_request("hot"))
+    let refused = grpc
+        .enqueue(grpc_enqueue_request("hot"))
         .await
-        .expect("gRPC is not limited per queue");
+        .expect_err("gRPC enqueue on the held queue");
+    assert_eq!(refused.code(), tonic::Code::ResourceExhausted);
+    assert_eq!(grpc_code(&refused), "rate_limited");
+    let refused = grpc
+        .fetch(pb::FetchRequest {
+            queues: vec!["cold".into(), "hot".into()],
+            count: 10,
+            ..Default::default()
+        })
+        .await
+        .expect_err("gRPC fetch naming the held queue");
+    assert_eq!(grpc_code(&refused), "rate_limited");
+    let mut streams =
+        pgvs3::grpc::proto::pgvs3::v1::stream_service_client::StreamServiceClient::new(
+            channel(&app).await,
+        );
+    let refused = streams
+        .info(pgvs3::grpc::proto::pgvs3::v1::InfoRequest {
+            queue: "hot".into(),
+        })
+        .await
+        .expect_err("gRPC stream info of the held queue");
+    assert_eq!(grpc_code(&refused), "rate_limited");
+    grpc.enqueue(grpc_enqueue_request("cold"))
+        .await
+        .expect("gRPC on another queue works");
 
     // Abandoning the held request gives `hot` back.
     drop(held);
@@ -1259,7 +1285,11 @@ async fn per_queue_admission_refuses_one_queue_while_another_works() {
 
     // A long poll holds its queue only until it starts waiting.
     let drained = http.fetch("hot", 10).await;
-    assert_eq!(drained.len(), 2, "the HTTP and gRPC hot jobs");
+    assert_eq!(
+        drained.len(),
+        1,
+        "the HTTP hot job; the refused gRPC enqueue stored nothing"
+    );
     let poller = http.clone();
     let poll = tokio::spawn(async move {
         poller

@@ -227,6 +227,13 @@ pub struct EnqueueJob {
     pub trace_context: Option<TraceContext>,
 }
 
+impl EnqueueJob {
+    /// The queue the job lands in: `options.queue`, else `default`.
+    pub fn queue(&self) -> &str {
+        self.options.queue.as_deref().unwrap_or("default")
+    }
+}
+
 /// W3C trace context as a request carried it.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct TraceContext {

@@ -492,10 +492,7 @@ pub fn new_job_row(job: &EnqueueJob, now: DateTime<Utc>) -> Result<Value, CoreEr
         None => Uuid::now_v7(),
     };
     let options = &job.options;
-    let queue = options
-        .queue
-        .clone()
-        .unwrap_or_else(|| "default".to_string());
+    let queue = job.queue().to_string();
     check_queue_name(&queue)?;
     let priority = options.priority.unwrap_or(0);
     if !PRIORITY_RANGE.contains(&priority) {

@@ -70,6 +70,16 @@ fn shutdown_signal<T>(request: &tonic::Request<T>) -> push::Shutdown {
         .unwrap_or_default()
 }
 
+/// Takes the request's per-queue admission permits (a gRPC message names its queues only once
+/// tonic has decoded it, after the middleware), or the status that refuses the request.
+fn admit_queues(
+    extensions: &http::Extensions,
+    id: &str,
+    queues: impl IntoIterator<Item = String>,
+) -> Result<(), tonic::Status> {
+    crate::middleware::admit_queues(extensions, queues).map_err(|e| status_of(&e, id))
+}
+
 /// Maps a core result to a response, or to a status stamped with the request id.
 fn answer<T>(
     id: &str,

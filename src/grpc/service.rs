@@ -11,7 +11,7 @@ use super::proto::ojs::v1 as pb;
 use super::proto::ojs::v1::ojs_service_server::OjsService;
 use super::push::{self, EventStream, JobStream, event_message};
 use super::status_of;
-use super::{admission_slot, answer, request_id, shutdown_signal};
+use super::{admission_slot, admit_queues, answer, request_id, shutdown_signal};
 use crate::core::workflow::NewCron;
 use crate::core::{CoreError, FetchJobs, Heartbeat, NackJob, Service};
 
@@ -96,8 +96,10 @@ impl OjsService for GrpcAdapter {
     ) -> Result<Response<pb::EnqueueResponse>, Status> {
         let id = request_id(&request);
         let trace = carried_trace(&request);
-        let result = match convert::enqueue(request.into_inner()) {
+        let (_, extensions, message) = request.into_parts();
+        let result = match convert::enqueue(message) {
             Ok(mut job) => {
+                admit_queues(&extensions, &id, [job.queue().to_string()])?;
                 job.trace_context = trace;
                 self.service.enqueue(job).await
             }
@@ -116,7 +118,7 @@ impl OjsService for GrpcAdapter {
         request: Request<pb::EnqueueBatchRequest>,
     ) -> Result<Response<pb::EnqueueBatchResponse>, Status> {
         let id = request_id(&request);
-        let r = request.into_inner();
+        let (_, extensions, r) = request.into_parts();
         let jobs = r
             .jobs
             .into_iter()
@@ -130,7 +132,10 @@ impl OjsService for GrpcAdapter {
             })
             .collect::<Result<Vec<_>, _>>();
         let result = match jobs {
-            Ok(jobs) => self.service.enqueue_batch(jobs).await,
+            Ok(jobs) => {
+                admit_queues(&extensions, &id, jobs.iter().map(|j| j.queue().to_string()))?;
+                self.service.enqueue_batch(jobs).await
+            }
             Err(e) => Err(e),
         };
         answer(
@@ -193,6 +198,7 @@ impl OjsService for GrpcAdapter {
         request: Request<pb::FetchRequest>,
     ) -> Result<Response<pb::FetchResponse>, Status> {
         let id = request_id(&request);
+        admit_queues(request.extensions(), &id, request.get_ref().queues.clone())?;
         let slot = admission_slot(&request);
         let r = request.into_inner();
         let fetch = FetchJobs {
@@ -320,6 +326,7 @@ impl OjsService for GrpcAdapter {
         request: Request<pb::StreamJobsRequest>,
     ) -> Result<Response<Self::StreamJobsStream>, Status> {
         let id = request_id(&request);
+        admit_queues(request.extensions(), &id, request.get_ref().queues.clone())?;
         let slot = admission_slot(&request);
         let shutdown = shutdown_signal(&request);
         let r = request.into_inner();
@@ -395,6 +402,7 @@ impl OjsService for GrpcAdapter {
         request: Request<pb::QueueStatsRequest>,
     ) -> Result<Response<pb::QueueStatsResponse>, Status> {
         let id = request_id(&request);
+        admit_queues(request.extensions(), &id, [request.get_ref().queue.clone()])?;
         let queue = request.into_inner().queue;
         let result = self.service.queue_stats(&queue).await;
         answer(
@@ -435,6 +443,7 @@ impl OjsService for GrpcAdapter {
         request: Request<pb::PauseQueueRequest>,
     ) -> Result<Response<pb::PauseQueueResponse>, Status> {
         let id = request_id(&request);
+        admit_queues(request.extensions(), &id, [request.get_ref().queue.clone()])?;
         let queue = request.into_inner().queue;
         let result = self.service.set_paused(&queue, true).await;
         answer(&id, result.map(|_| pb::PauseQueueResponse {}))
@@ -445,6 +454,7 @@ impl OjsService for GrpcAdapter {
         request: Request<pb::ResumeQueueRequest>,
     ) -> Result<Response<pb::ResumeQueueResponse>, Status> {
         let id = request_id(&request);
+        admit_queues(request.extensions(), &id, [request.get_ref().queue.clone()])?;
         let queue = request.into_inner().queue;
         let result = self.service.set_paused(&queue, false).await;
         answer(&id, result.map(|_| pb::ResumeQueueResponse {}))

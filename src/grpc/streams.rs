@@ -14,7 +14,7 @@ use super::proto::pgvs3::v1 as pb;
 use super::proto::pgvs3::v1::stream_service_server::StreamService;
 use super::push;
 use super::status_of;
-use super::{admission_slot, answer, request_id, shutdown_signal};
+use super::{admission_slot, admit_queues, answer, request_id, shutdown_signal};
 use crate::core::Service;
 use crate::core::stream::{
     Appended, Batch, ConsumerInfo, NewMessage, Receive, StreamConfig, StreamDeadLetter, StreamEvent,
@@ -147,6 +147,7 @@ impl StreamService for StreamAdapter {
         request: Request<pb::AppendRequest>,
     ) -> Result<Response<pb::AppendResponse>, Status> {
         let id = request_id(&request);
+        admit_queues(request.extensions(), &id, [request.get_ref().queue.clone()])?;
         let r = request.into_inner();
         let messages: Vec<_> = r.messages.into_iter().map(message).collect();
         let result = self.service.append(&r.queue, &messages).await;
@@ -165,6 +166,7 @@ impl StreamService for StreamAdapter {
         request: Request<pb::SubscribeRequest>,
     ) -> Result<Response<pb::SubscribeResponse>, Status> {
         let id = request_id(&request);
+        admit_queues(request.extensions(), &id, [request.get_ref().queue.clone()])?;
         let r = request.into_inner();
         let result = self
             .service
@@ -186,6 +188,7 @@ impl StreamService for StreamAdapter {
         request: Request<pb::UnsubscribeRequest>,
     ) -> Result<Response<pb::UnsubscribeResponse>, Status> {
         let id = request_id(&request);
+        admit_queues(request.extensions(), &id, [request.get_ref().queue.clone()])?;
         let r = request.into_inner();
         let result = self.service.unsubscribe(&r.queue, &r.consumer).await;
         answer(
@@ -202,6 +205,7 @@ impl StreamService for StreamAdapter {
         request: Request<pb::ListConsumersRequest>,
     ) -> Result<Response<pb::ListConsumersResponse>, Status> {
         let id = request_id(&request);
+        admit_queues(request.extensions(), &id, [request.get_ref().queue.clone()])?;
         let result = self.service.consumers(&request.into_inner().queue).await;
         answer(
             &id,
@@ -216,6 +220,7 @@ impl StreamService for StreamAdapter {
         request: Request<pb::ReceiveRequest>,
     ) -> Result<Response<pb::ReceiveResponse>, Status> {
         let id = request_id(&request);
+        admit_queues(request.extensions(), &id, [request.get_ref().queue.clone()])?;
         let slot = admission_slot(&request);
         let r = request.into_inner();
         let receive = Receive {
@@ -244,6 +249,7 @@ impl StreamService for StreamAdapter {
         request: Request<pb::ReceiveStreamRequest>,
     ) -> Result<Response<Self::ReceiveStreamStream>, Status> {
         let id = request_id(&request);
+        admit_queues(request.extensions(), &id, [request.get_ref().queue.clone()])?;
         let slot = admission_slot(&request);
         let shutdown = shutdown_signal(&request);
         let r = request.into_inner();
@@ -267,6 +273,7 @@ impl StreamService for StreamAdapter {
         request: Request<pb::GetBatchRequest>,
     ) -> Result<Response<pb::GetBatchResponse>, Status> {
         let id = request_id(&request);
+        admit_queues(request.extensions(), &id, [request.get_ref().queue.clone()])?;
         let r = request.into_inner();
         let result = self.service.batch(&r.queue, &r.batch_id).await;
         answer(
@@ -282,6 +289,7 @@ impl StreamService for StreamAdapter {
         request: Request<pb::AckRequest>,
     ) -> Result<Response<pb::AckResponse>, Status> {
         let id = request_id(&request);
+        admit_queues(request.extensions(), &id, [request.get_ref().queue.clone()])?;
         let r = request.into_inner();
         let result = self
             .service
@@ -302,6 +310,7 @@ impl StreamService for StreamAdapter {
         request: Request<pb::NackRequest>,
     ) -> Result<Response<pb::NackResponse>, Status> {
         let id = request_id(&request);
+        admit_queues(request.extensions(), &id, [request.get_ref().queue.clone()])?;
         let r = request.into_inner();
         let result = self
             .service
@@ -329,6 +338,7 @@ impl StreamService for StreamAdapter {
         request: Request<pb::InfoRequest>,
     ) -> Result<Response<pb::InfoResponse>, Status> {
         let id = request_id(&request);
+        admit_queues(request.extensions(), &id, [request.get_ref().queue.clone()])?;
         let queue = request.into_inner().queue;
         let result = self.service.stream_info(&queue).await;
         answer(
@@ -349,6 +359,7 @@ impl StreamService for StreamAdapter {
         request: Request<pb::GetConfigRequest>,
     ) -> Result<Response<pb::GetConfigResponse>, Status> {
         let id = request_id(&request);
+        admit_queues(request.extensions(), &id, [request.get_ref().queue.clone()])?;
         let queue = request.into_inner().queue;
         let result = self.service.stream_config(&queue, None, None).await;
         answer(
@@ -364,6 +375,7 @@ impl StreamService for StreamAdapter {
         request: Request<pb::SetConfigRequest>,
     ) -> Result<Response<pb::SetConfigResponse>, Status> {
         let id = request_id(&request);
+        admit_queues(request.extensions(), &id, [request.get_ref().queue.clone()])?;
         let r = request.into_inner();
         let result = self
             .service
@@ -382,6 +394,7 @@ impl StreamService for StreamAdapter {
         request: Request<pb::ListDeadLettersRequest>,
     ) -> Result<Response<pb::ListDeadLettersResponse>, Status> {
         let id = request_id(&request);
+        admit_queues(request.extensions(), &id, [request.get_ref().queue.clone()])?;
         let r = request.into_inner();
         let result = self
             .service
@@ -400,6 +413,7 @@ impl StreamService for StreamAdapter {
         request: Request<pb::ReplayDeadLetterRequest>,
     ) -> Result<Response<pb::ReplayDeadLetterResponse>, Status> {
         let id = request_id(&request);
+        admit_queues(request.extensions(), &id, [request.get_ref().queue.clone()])?;
         let r = request.into_inner();
         let result = self.service.stream_replay(&r.queue, Some(&r.id)).await;
         answer(
@@ -413,6 +427,7 @@ impl StreamService for StreamAdapter {
         request: Request<pb::ReplayDeadLettersRequest>,
     ) -> Result<Response<pb::ReplayDeadLettersResponse>, Status> {
         let id = request_id(&request);
+        admit_queues(request.extensions(), &id, [request.get_ref().queue.clone()])?;
         let queue = request.into_inner().queue;
         let result = self.service.stream_replay(&queue, None).await;
         answer(
@@ -426,6 +441,7 @@ impl StreamService for StreamAdapter {
         request: Request<pb::PurgeDeadLettersRequest>,
     ) -> Result<Response<pb::PurgeDeadLettersResponse>, Status> {
         let id = request_id(&request);
+        admit_queues(request.extensions(), &id, [request.get_ref().queue.clone()])?;
         let r = request.into_inner();
         let result = self.service.stream_purge(&r.queue, &r.older_than).await;
         answer(

@@ -23,7 +23,7 @@ pub use admission::AdmissionSlot;
 pub use body_limit::BodyLimit;
 pub use observe::{LATENCY_BUCKETS, RequestMetrics, RequestSeries};
 pub use operation::{Operation, Protocol, classify};
-pub use queue_admission::QueueLimits;
+pub use queue_admission::{QueueGate, QueueLimits, admit_queues};
 pub use request_id::RequestId;
 pub use trace_context::CarriedTrace;
 

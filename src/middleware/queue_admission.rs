@@ -8,8 +8,9 @@
 //! (stream ack/nack), `name` (queue creation) or every name in `queues` (fetch). A request naming
 //! several queues takes all their permits or none. Such a body (already bounded by the body limit)
 //! is buffered here and put back for the handler. Requests naming no queue (job ids, manifest,
-//! health, queue list) and all gRPC requests are not classified per queue: gRPC messages are only
-//! decoded by tonic, after the stack, so they count against the global limit alone.
+//! health, queue list) count against the global limit alone. gRPC messages are only decoded by
+//! tonic, after the stack: gRPC requests get the `QueueGate` and the adapters take their queues'
+//! permits with `admit_queues`.
 //!
 //! Like the global permit, the queue permits live in the request's `AdmissionSlot`: held until
 //! the response's last frame is produced, and given back when an operation goes idle (a long poll).
@@ -255,9 +256,64 @@ async fn classify(request: Request, operation: &str) -> (Request, Vec<String>) {
     }
 }
 
-/// Admits an HTTP request if each of its queues has a free slot.
-pub async fn admit(State(state): State<Arc<StackState>>, request: Request, next: Next) -> Response {
+/// The per-queue limits, handed to gRPC adapters: tonic decodes their messages after this stack,
+/// so they name their queues themselves (`admit_queues`).
+#[derive(Debug, Clone)]
+pub struct QueueGate(Arc<QueueLimits>);
+
+/// Takes a permit on each of `queues` for the request whose extensions these are, held with its
+/// admission slot; `rate_limited` when one of them is full. Without a gate (limits off, or no
+/// stack) every queue is admitted.
+pub fn admit_queues(
+    extensions: &http::Extensions,
+    queues: impl IntoIterator<Item = String>,
+) -> Result<(), CoreError> {
+    let Some(QueueGate(limits)) = extensions.get::<QueueGate>() else {
+        return Ok(());
+    };
+    let queues: Vec<String> = queues
+        .into_iter()
+        .collect::<BTreeSet<_>>()
+        .into_iter()
+        .collect();
+    if queues.is_empty() {
+        return Ok(());
+    }
+    let permits = limits
+        .try_admit(queues)
+        .map_err(|full| full_queue(limits, full))?;
+    if let Some(slot) = extensions.get::<AdmissionSlot>() {
+        slot.hold_queues(permits);
+    }
+    Ok(())
+}
+
+fn full_queue(limits: &QueueLimits, full: String) -> CoreError {
+    CoreError::new(
+        ErrorKind::RateLimited,
+        format!(
+            "queue {full} is at its in-flight request limit ({})",
+            limits.max_in_flight()
+        ),
+    )
+    .with_detail("queue", full.into())
+}
+
+/// Admits an HTTP request if each of its queues has a free slot; gives gRPC requests the gate.
+pub async fn admit(
+    State(state): State<Arc<StackState>>,
+    mut request: Request,
+    next: Next,
+) -> Response {
     let limits = &state.queue_limits;
+    let protocol = request
+        .extensions()
+        .get::<Operation>()
+        .map(|op| op.protocol);
+    if protocol == Some(Protocol::Grpc) && limits.enabled() {
+        request.extensions_mut().insert(QueueGate(limits.clone()));
+        return next.run(request).await;
+    }
     let operation = request
         .extensions()
         .get::<Operation>()
@@ -277,18 +333,7 @@ pub async fn admit(State(state): State<Arc<StackState>>, request: Request, next:
                 .get::<RequestId>()
                 .map(|r| r.0.clone())
                 .unwrap_or_default();
-            reject(
-                Protocol::Http,
-                CoreError::new(
-                    ErrorKind::RateLimited,
-                    format!(
-                        "queue {full} is at its in-flight request limit ({})",
-                        limits.max_in_flight()
-                    ),
-                )
-                .with_detail("queue", full.into()),
-                &id,
-            )
+            reject(Protocol::Http, full_queue(limits, full), &id)
         }
         Ok(permits) => match request.extensions().get::<AdmissionSlot>().cloned() {
             Some(slot) => {
