@@ -438,8 +438,54 @@ BEGIN
 END
 $$;
 
--- One maintenance pass over every queue, run by one gateway at a time (others skip at once): each
--- queue's job step and stream step (defined with the stream template), each bounded by `batch`.
+-- One queue's maintenance step, in its own transaction when called alone: stream ticks,
+-- retries, seal and rotation, then the job steps (leases, TTL, retention), whose row locks last
+-- only until this queue's step commits — a fetch skips locked rows. NOTIFYs wake what it freed.
+-- A queue dropped meanwhile is skipped (the drop takes the queue's lock exclusively).
+CREATE OR REPLACE FUNCTION s3p.maintain_queue(queue text, default_retention_ms bigint, batch int)
+RETURNS TABLE (released bigint, expired bigint, removed bigint, retries_moved bigint, rotated boolean)
+LANGUAGE plpgsql AS $$
+DECLARE
+    q s3p.queues;
+    r record;
+    s record;
+BEGIN
+    PERFORM pg_advisory_xact_lock_shared(hashtext('s3p.queue:' || queue));
+    SELECT * INTO q FROM s3p.queues x WHERE x.name = queue;
+    IF NOT FOUND THEN
+        RETURN QUERY SELECT 0::bigint, 0::bigint, 0::bigint, 0::bigint, false;
+        RETURN;
+    END IF;
+    EXECUTE format('SELECT * FROM %I.stream_maintain()', q.schema_name) INTO s;
+    IF s.retries_moved > 0 THEN
+        PERFORM pg_notify('s3p_streams', q.name);
+    END IF;
+    EXECUTE format('SELECT * FROM %I.maintain($1, $2)', q.schema_name)
+        INTO r
+        USING coalesce((q.settings->>'job_retention_ms')::bigint, default_retention_ms), batch;
+    IF r.released > 0 THEN
+        PERFORM pg_notify('s3p_jobs', q.name);
+    END IF;
+    RETURN QUERY SELECT r.released::bigint, r.expired::bigint, r.removed::bigint,
+                        s.retries_moved::bigint, s.rotated;
+END
+$$;
+
+-- The database-wide maintenance step: old events, and unique keys whose job is gone.
+CREATE OR REPLACE FUNCTION s3p.maintain_shared(batch int) RETURNS void
+LANGUAGE plpgsql AS $$
+BEGIN
+    PERFORM s3p.trim_events(coalesce(nullif(current_setting('s3p.event_retention_ms', true), '')::bigint, 3600000), batch);
+    DELETE FROM s3p.unique_keys k
+     WHERE k.key IN (SELECT u.key FROM s3p.unique_keys u
+                      WHERE NOT EXISTS (SELECT 1 FROM s3p.job_index i WHERE i.id = u.job_id)
+                      LIMIT batch);
+END
+$$;
+
+-- A whole maintenance pass in one transaction, for SQL callers (pgvs3 itself runs
+-- s3p.maintain_queue per queue, each in its own transaction, under the same lock held for the
+-- session). Skipped at once (ran = false) while another pass holds the lock.
 CREATE OR REPLACE FUNCTION s3p.maintain(default_retention_ms bigint, batch int)
 RETURNS TABLE (ran boolean, released bigint, expired bigint, removed bigint,
                retries_moved bigint, rotations bigint)
@@ -447,7 +493,6 @@ LANGUAGE plpgsql AS $$
 DECLARE
     q record;
     r record;
-    s record;
     total_released bigint := 0;
     total_expired bigint := 0;
     total_removed bigint := 0;
@@ -458,39 +503,15 @@ BEGIN
         RETURN QUERY SELECT false, 0::bigint, 0::bigint, 0::bigint, 0::bigint, 0::bigint;
         RETURN;
     END IF;
-    -- Stream steps and housekeeping first; the job steps come last so that the rows they lock
-    -- (released leases, expired jobs) stay locked only until the pass commits moments later —
-    -- a fetch skips locked rows, so a long-held lock would hide just-released jobs from it.
-    FOR q IN SELECT name, schema_name FROM s3p.queues ORDER BY name LOOP
-        -- Hold off a concurrent drop of this queue (it takes the lock exclusively), and skip the
-        -- queue if a drop committed since the list was read.
-        PERFORM pg_advisory_xact_lock_shared(hashtext('s3p.queue:' || q.name));
-        CONTINUE WHEN NOT EXISTS (SELECT 1 FROM s3p.queues x WHERE x.name = q.name);
-        EXECUTE format('SELECT * FROM %I.stream_maintain()', q.schema_name) INTO s;
-        total_moved := total_moved + s.retries_moved;
-        total_rotations := total_rotations + s.rotated::int;
-        IF s.retries_moved > 0 THEN
-            PERFORM pg_notify('s3p_streams', q.name);
-        END IF;
-    END LOOP;
-    PERFORM s3p.trim_events(coalesce(nullif(current_setting('s3p.event_retention_ms', true), '')::bigint, 3600000), batch);
-    -- Unique keys whose job is gone (removed by retention) hold nothing.
-    DELETE FROM s3p.unique_keys k
-     WHERE k.key IN (SELECT u.key FROM s3p.unique_keys u
-                      WHERE NOT EXISTS (SELECT 1 FROM s3p.job_index i WHERE i.id = u.job_id)
-                      LIMIT batch);
-    FOR q IN SELECT name, schema_name, settings FROM s3p.queues ORDER BY name LOOP
-        CONTINUE WHEN NOT EXISTS (SELECT 1 FROM s3p.queues x WHERE x.name = q.name);
-        EXECUTE format('SELECT * FROM %I.maintain($1, $2)', q.schema_name)
-            INTO r
-            USING coalesce((q.settings->>'job_retention_ms')::bigint, default_retention_ms), batch;
+    FOR q IN SELECT name FROM s3p.queues ORDER BY name LOOP
+        SELECT * INTO r FROM s3p.maintain_queue(q.name, default_retention_ms, batch);
         total_released := total_released + r.released;
         total_expired := total_expired + r.expired;
         total_removed := total_removed + r.removed;
-        IF r.released > 0 THEN
-            PERFORM pg_notify('s3p_jobs', q.name);
-        END IF;
+        total_moved := total_moved + r.retries_moved;
+        total_rotations := total_rotations + r.rotated::int;
     END LOOP;
+    PERFORM s3p.maintain_shared(batch);
     RETURN QUERY SELECT true, total_released, total_expired, total_removed, total_moved, total_rotations;
 END
 $$;

@@ -65,15 +65,50 @@ struct JobRow {
 /// A lease a heartbeat extended: job id, test directive, new lease end.
 pub type ExtendedLease = (Uuid, Option<String>, DateTime<Utc>);
 
-/// One row of `s3p.maintain`.
+/// One row of `s3p.maintain_queue`.
 #[derive(sqlx::FromRow)]
-struct MaintenanceRow {
-    ran: bool,
+struct QueueMaintenanceRow {
     released: i64,
     expired: i64,
     removed: i64,
     retries_moved: i64,
-    rotations: i64,
+    rotated: bool,
+}
+
+/// The steps of a pass whose lock is held: each queue in its own transaction, then the shared step.
+async fn maintenance_pass(
+    conn: &mut sqlx::PgConnection,
+    retention_ms: i64,
+    batch: i32,
+    report: &mut MaintenanceReport,
+) -> Result<(), CoreError> {
+    let queues: Vec<String> = sqlx::query_scalar("SELECT name FROM s3p.queues ORDER BY name")
+        .fetch_all(&mut *conn)
+        .await
+        .map_err(map_db_error)?;
+    for queue in queues {
+        let row: QueueMaintenanceRow = sqlx::query_as(
+            "SELECT released, expired, removed, retries_moved, rotated
+               FROM s3p.maintain_queue($1, $2, $3)",
+        )
+        .bind(&queue)
+        .bind(retention_ms)
+        .bind(batch)
+        .fetch_one(&mut *conn)
+        .await
+        .map_err(map_db_error)?;
+        report.released += row.released;
+        report.expired += row.expired;
+        report.removed += row.removed;
+        report.retries_moved += row.retries_moved;
+        report.rotations += i64::from(row.rotated);
+    }
+    sqlx::query("SELECT s3p.maintain_shared($1)")
+        .bind(batch)
+        .execute(&mut *conn)
+        .await
+        .map_err(map_db_error)?;
+    Ok(())
 }
 
 fn object(value: Option<Value>) -> Option<Map<String, Value>> {
@@ -488,29 +523,38 @@ impl Store {
         one(rows, id)
     }
 
-    /// `s3p.maintain`.
+    /// One maintenance pass: `s3p.maintain_queue` for each queue, each its own transaction, then
+    /// `s3p.maintain_shared`, all under the maintenance lock held for this connection's session
+    /// (the lock `s3p.maintain` takes for its transaction), so one pass runs at a time across
+    /// gateways and SQL callers. Skipped at once when another holds it.
     #[tracing::instrument(name = "db", skip_all, fields(op = "maintain"))]
     pub async fn maintain(
         &self,
         retention_ms: i64,
         batch: i32,
     ) -> Result<MaintenanceReport, CoreError> {
-        let row: MaintenanceRow = sqlx::query_as(
-            "SELECT ran, released, expired, removed, retries_moved, rotations FROM s3p.maintain($1, $2)",
-        )
-        .bind(retention_ms)
-        .bind(batch)
-        .fetch_one(&self.pool)
-        .await
-        .map_err(map_db_error)?;
-        Ok(MaintenanceReport {
-            ran: row.ran,
-            released: row.released,
-            expired: row.expired,
-            removed: row.removed,
-            retries_moved: row.retries_moved,
-            rotations: row.rotations,
-        })
+        let mut conn = self.pool.acquire().await.map_err(map_db_error)?;
+        let held: bool =
+            sqlx::query_scalar("SELECT pg_try_advisory_lock(hashtext('s3p.maintain'))")
+                .fetch_one(&mut *conn)
+                .await
+                .map_err(map_db_error)?;
+        let mut report = MaintenanceReport {
+            ran: held,
+            ..Default::default()
+        };
+        if !held {
+            return Ok(report);
+        }
+        let pass = maintenance_pass(&mut conn, retention_ms, batch, &mut report).await;
+        let unlocked = sqlx::query("SELECT pg_advisory_unlock(hashtext('s3p.maintain'))")
+            .execute(&mut *conn)
+            .await;
+        if unlocked.is_err() {
+            // Never hand a session that may still hold the lock back to the pool.
+            conn.close_on_drop();
+        }
+        pass.map(|()| report)
     }
 
     /// Whether the database is a hot standby (read-only).
