@@ -487,7 +487,7 @@ pub fn ack_outcome(
             acknowledged: false,
             state: None,
             completed_at: None,
-            error: serde_json::from_value(super::error::error_body(&error, Some(request_id))).ok(),
+            error: Some(super::error::error_body(&error, Some(request_id))),
         },
     }
 }

@@ -4,6 +4,7 @@ use axum::response::{IntoResponse, Response};
 use http::{HeaderValue, StatusCode};
 use serde_json::json;
 
+use super::api::types;
 use crate::core::{CoreError, ErrorKind};
 
 /// A core error on its way to an HTTP client.
@@ -76,7 +77,7 @@ fn hint_of(kind: ErrorKind) -> &'static str {
 
 /// The OJS error object (`ErrorBody`) of a core error: the envelope's `error`, and the per-item
 /// error of a batch answer.
-pub fn error_body(error: &CoreError, request_id: Option<&str>) -> serde_json::Value {
+pub fn error_body(error: &CoreError, request_id: Option<&str>) -> types::ErrorBody {
     let kind = error.kind;
     let error_type = match kind {
         ErrorKind::InvalidRequest | ErrorKind::InvalidPayload | ErrorKind::ValidationError => {
@@ -84,21 +85,19 @@ pub fn error_body(error: &CoreError, request_id: Option<&str>) -> serde_json::Va
         }
         other => other.code(),
     };
-    let mut body = json!({
-        "code": kind.code(),
-        "message": error.message,
-        "retryable": kind.retryable(),
-        "type": error_type,
-        "hint": hint_of(kind),
-        "docs_url": format!("https://openjobspec.org/spec/errors#{}", kind.code()),
-    });
-    if let Some(details) = &error.details {
-        body["details"] = details.clone().into();
+    types::ErrorBody {
+        code: kind.code().to_string(),
+        message: error.message.clone(),
+        retryable: kind.retryable(),
+        r#type: Some(error_type.to_string()),
+        hint: Some(hint_of(kind).to_string()),
+        docs_url: Some(format!(
+            "https://openjobspec.org/spec/errors#{}",
+            kind.code()
+        )),
+        details: error.details.clone(),
+        request_id: request_id.map(str::to_string),
     }
-    if let Some(id) = request_id {
-        body["request_id"] = id.into();
-    }
-    body
 }
 
 impl ApiError {
@@ -111,8 +110,10 @@ impl ApiError {
 impl IntoResponse for ApiError {
     fn into_response(self) -> Response {
         let kind = self.error.kind;
-        let body = error_body(&self.error, self.request_id.as_deref());
-        let mut response = super::ojs_json(status_of(kind), &json!({ "error": body }));
+        let body = types::ErrorEnvelope {
+            error: error_body(&self.error, self.request_id.as_deref()),
+        };
+        let mut response = super::ojs_json(status_of(kind), &body);
         if kind == ErrorKind::RateLimited {
             response
                 .headers_mut()
