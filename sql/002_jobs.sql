@@ -341,7 +341,10 @@ $$;
 
 -- Queue namespaces, by name.
 DROP FUNCTION IF EXISTS s3p.list_queues();
-CREATE OR REPLACE FUNCTION s3p.list_queues()
+DROP FUNCTION IF EXISTS s3p.list_queues(boolean);
+-- Every queue; with `count_available`, also the jobs a fetch could claim now (a count per queue,
+-- so only when asked).
+CREATE OR REPLACE FUNCTION s3p.list_queues(count_available boolean)
 RETURNS TABLE (name text, paused boolean, created_at timestamptz, available bigint)
 LANGUAGE plpgsql STABLE AS $$
 DECLARE
@@ -351,9 +354,12 @@ BEGIN
         name := q.name;
         paused := q.paused;
         created_at := q.created_at;
-        -- Claimable now, as a fetch would see it (the ready index's rows that are due).
-        EXECUTE format('SELECT count(*) FROM %I.jobs WHERE state IN (''available'', ''scheduled'', ''retryable'')
-                          AND run_at <= now()', q.schema_name) INTO available;
+        available := NULL;
+        IF count_available THEN
+            -- Claimable now, as a fetch would see it (the ready index's rows that are due).
+            EXECUTE format('SELECT count(*) FROM %I.jobs WHERE state IN (''available'', ''scheduled'', ''retryable'')
+                              AND run_at <= now()', q.schema_name) INTO available;
+        END IF;
         RETURN NEXT;
     END LOOP;
 END

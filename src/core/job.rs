@@ -308,8 +308,8 @@ pub struct QueueSummary {
     pub paused: bool,
     /// When the namespace was created.
     pub created_at: DateTime<Utc>,
-    /// Jobs a fetch could claim now.
-    pub available: i64,
+    /// Jobs a fetch could claim now, when counted.
+    pub available: Option<i64>,
 }
 
 /// A worker's heartbeat.

@@ -606,8 +606,8 @@ impl Service {
         self.store.queue_config(queue, &row).await
     }
 
-    /// Every queue namespace.
-    pub async fn list_queues(&self) -> Result<Vec<QueueSummary>, CoreError> {
-        self.store.list_queues().await
+    /// Every queue namespace; with `count_available`, each with the jobs a fetch could claim now.
+    pub async fn list_queues(&self, count_available: bool) -> Result<Vec<QueueSummary>, CoreError> {
+        self.store.list_queues(count_available).await
     }
 }

@@ -379,7 +379,7 @@ impl OjsService for GrpcAdapter {
         request: Request<pb::ListQueuesRequest>,
     ) -> Result<Response<pb::ListQueuesResponse>, Status> {
         let id = request_id(&request);
-        let result = self.service.list_queues().await;
+        let result = self.service.list_queues(true).await;
         answer(
             &id,
             result.map(|queues| pb::ListQueuesResponse {
@@ -388,7 +388,7 @@ impl OjsService for GrpcAdapter {
                     .map(|q| pb::QueueInfo {
                         name: q.name.clone(),
                         paused: q.paused,
-                        available_count: q.available,
+                        available_count: q.available.unwrap_or_default(),
                         created_at: Some(convert::created_at(&q.created_at)),
                     })
                     .collect(),

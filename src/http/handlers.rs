@@ -245,7 +245,7 @@ impl api::HttpApi for HttpAdapter {
     }
 
     async fn list_queues(&self, _ctx: RequestContext) -> Result<api::ListQueuesResponse, ApiError> {
-        let queues = self.service.list_queues().await?;
+        let queues = self.service.list_queues(false).await?;
         let total = queues.len() as i64;
         Ok(api::ListQueuesResponse::Ok(types::QueueList {
             queues: queues
@@ -548,7 +548,7 @@ impl api::HttpApi for HttpAdapter {
         let created = self.service.create_queue(&body.name).await?;
         let queue = self
             .service
-            .list_queues()
+            .list_queues(false)
             .await?
             .into_iter()
             .find(|q| q.name == body.name)

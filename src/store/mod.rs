@@ -629,11 +629,12 @@ impl Store {
             .map_err(map_db_error)
     }
 
-    /// `s3p.list_queues`.
+    /// `s3p.list_queues`; the available counts only when asked for.
     #[tracing::instrument(name = "db", skip_all, fields(op = "list_queues"))]
-    pub async fn list_queues(&self) -> Result<Vec<QueueSummary>, CoreError> {
-        let rows: Vec<(String, bool, DateTime<Utc>, i64)> =
-            sqlx::query_as("SELECT name, paused, created_at, available FROM s3p.list_queues()")
+    pub async fn list_queues(&self, count_available: bool) -> Result<Vec<QueueSummary>, CoreError> {
+        let rows: Vec<(String, bool, DateTime<Utc>, Option<i64>)> =
+            sqlx::query_as("SELECT name, paused, created_at, available FROM s3p.list_queues($1)")
+                .bind(count_available)
                 .fetch_all(&self.pool)
                 .await
                 .map_err(map_db_error)?;
