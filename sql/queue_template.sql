@@ -229,9 +229,13 @@ CREATE OR REPLACE FUNCTION __SCHEMA__.ack(job_id uuid, token uuid, job_result js
 RETURNS SETOF s3p.job
 LANGUAGE plpgsql AS $fn$
 BEGIN
-    -- Raises the precise error; the completion itself is the batch path's.
-    PERFORM __SCHEMA__.lock_active(job_id, token);
+    -- The completion is the batch path's; only a job it left alone is looked at again, to raise
+    -- the precise error (not found, stale lease, not active).
     RETURN QUERY SELECT * FROM __SCHEMA__.ack_many(ARRAY[job_id], ARRAY[token], ARRAY[job_result]);
+    IF NOT FOUND THEN
+        PERFORM __SCHEMA__.lock_active(job_id, token);
+        RAISE EXCEPTION 'job % was not completed', job_id USING ERRCODE = 'PV409';
+    END IF;
 END
 $fn$;
 
