@@ -1402,6 +1402,7 @@ async fn queue_administration_over_grpc() {
             max_retries: Some(4),
             retention: Some("2h".into()),
             job_retention: Some("30m".into()),
+            takeover: Some("45s".into()),
             max_jobs: Some(100),
             autovacuum: Some(prost_types::Struct {
                 fields: [(
@@ -1423,9 +1424,11 @@ async fn queue_administration_over_grpc() {
     assert_eq!(set.retention_ms, 7_200_000);
     assert_eq!(set.job_retention_ms, Some(1_800_000));
     assert_eq!(set.max_jobs, Some(100));
+    assert_eq!(set.takeover_ms, 45_000);
     assert!(set.autovacuum.is_some());
     let http_config = http.ok_get("/ojs/v1/queues/admin-q/config").await;
     assert_eq!(http_config["max_jobs"], 100, "{http_config}");
+    assert_eq!(http_config["takeover_ms"], 45_000, "{http_config}");
     assert_eq!(
         http_config["autovacuum"]["autovacuum_vacuum_scale_factor"], 0.05,
         "{http_config}"
