@@ -106,12 +106,14 @@ fn grpc_job_args(i: usize) -> Vec<prost_types::Value> {
 }
 
 /// A job worker/producer over one protocol, on its own connection.
+#[derive(Clone)]
 pub enum Jobs {
     Http(Http),
     Grpc(Box<GrpcJobs>),
 }
 
 /// The gRPC clients of a worker: the OJS service and the pgvs3 worker extensions.
+#[derive(Clone)]
 pub struct GrpcJobs {
     ojs: OjsClient,
     workers: WorkerClient,

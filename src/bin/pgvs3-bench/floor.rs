@@ -9,6 +9,7 @@ use sqlx::{AssertSqlSafe, PgPool, Row};
 use tokio::task::JoinSet;
 
 use crate::clients::job_args;
+use crate::cpu::{CpuTime, micros_per_job};
 use crate::db::{self, Postgres};
 use crate::report::{Figure, Report};
 use crate::{Args, BenchError, Result, percentile};
@@ -104,6 +105,7 @@ pub async fn run(pg: &Postgres, args: &Args, report: &mut Report) -> Result<()> 
     });
 
     // Work-off: claim N, complete N per statement, W connections.
+    let cpu = CpuTime::now();
     let started = Instant::now();
     let mut workers = JoinSet::new();
     for _ in 0..args.workers {
@@ -131,6 +133,7 @@ pub async fn run(pg: &Postgres, args: &Args, report: &mut Report) -> Result<()> 
         done += result??;
     }
     let elapsed = started.elapsed();
+    let cpu_us = micros_per_job(cpu.since(), done);
     check_count("floor work-off", done, args.jobs)?;
     report.add(Figure {
         name: "floor.jobs.work".into(),
@@ -143,6 +146,16 @@ pub async fn run(pg: &Postgres, args: &Args, report: &mut Report) -> Result<()> 
             args.workers, args.fetch, args.fetch
         ),
     });
+    if let Some(us) = cpu_us {
+        report.add(Figure {
+            name: "floor.jobs.cpu_us_per_job".into(),
+            value: us,
+            unit: "µs/job",
+            floor: None,
+            target: None,
+            note: "busy CPU of the whole machine (/proc/stat) during the work-off ÷ jobs".into(),
+        });
+    }
     pool.close().await;
     let stats = db::settled_stats(&database).await?;
     let churn = db::churn(&stats, args.jobs as f64);

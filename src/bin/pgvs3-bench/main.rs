@@ -6,6 +6,7 @@
 //! maintenance loop. Progress goes to stderr, the table and the JSON lines to stdout.
 
 mod clients;
+mod cpu;
 mod db;
 mod floor;
 mod report;
@@ -19,6 +20,7 @@ use sqlx::{AssertSqlSafe, Connection, PgConnection};
 use tokio::task::JoinSet;
 
 use clients::{Http, Jobs, Streams};
+use cpu::{CpuTime, micros_per_job};
 use db::{Database, Postgres};
 use report::{Figure, Report, Target};
 
@@ -386,15 +388,17 @@ async fn jobs_work(
         note: format!("{batches} batches of {}, 1 client", args.batch),
     });
 
-    for ack in [AckMode::Each, AckMode::Batch] {
-        if ack == AckMode::Batch {
-            // The same jobs again, for the batch-ack work-off.
+    for ack in [AckMode::Each, AckMode::Batch, AckMode::EachW32] {
+        if ack != AckMode::Each {
+            // The same jobs again, for the next work-off.
             for body in Jobs::batches(protocol, queue, args.jobs, args.batch) {
                 client.enqueue_batch(body).await?;
             }
         }
         let before = count_completed(&served.database.url, &schema).await?;
+        let cpu = CpuTime::now();
         let (elapsed, fetches, acks) = work_off(protocol, &served.base, args, queue, ack).await?;
+        let busy = cpu.since();
         let completed = count_completed(&served.database.url, &schema).await? - before;
         let done: usize = acks.iter().map(|(_, n)| n).sum();
         if done != args.jobs || completed != args.jobs {
@@ -410,13 +414,10 @@ async fn jobs_work(
             value: per_second(args.jobs, elapsed),
             unit: "jobs/s",
             floor: Some("floor.jobs.work".into()),
-            target: Some(Target::RatioAtLeast(match protocol {
-                Protocol::Http => 1.0,
-                Protocol::Grpc => 1.2,
-            })),
+            target: ack.target(),
             note: format!(
                 "{} workers, fetch {} then {}; fetch p50 {:.2} ms, ack p50 {:.2} / p99 {:.2} ms",
-                args.workers,
+                ack.workers(args),
                 args.fetch,
                 ack.describe(),
                 percentile(&fetches, 0.5),
@@ -424,12 +425,25 @@ async fn jobs_work(
                 percentile(&ack_ms, 0.99)
             ),
         });
+        if ack == AckMode::Batch
+            && let Some(us) = micros_per_job(busy, args.jobs)
+        {
+            report.add(Figure {
+                name: format!("{p}.jobs.cpu_us_per_job"),
+                value: us,
+                unit: "µs/job",
+                floor: Some("floor.jobs.cpu_us_per_job".into()),
+                target: Some(Target::RatioAtMost(2.0)),
+                note: "busy CPU of the whole machine (/proc/stat) during the batch-ack work-off ÷ jobs"
+                    .into(),
+            });
+        }
     }
 
     let database = served.stop().await;
     let stats = db::settled_stats(&database).await?;
-    // Both work-offs (ack each, batch ack) completed `args.jobs` jobs.
-    let jobs_done = 2 * args.jobs;
+    // The three work-offs (ack each, batch ack, ack each with 32 workers) completed `args.jobs` jobs each.
+    let jobs_done = 3 * args.jobs;
     let churn = db::churn(&stats, jobs_done as f64);
     report.add(Figure {
         name: format!("{p}.jobs.dead_tuples_per_job"),
@@ -454,6 +468,9 @@ enum AckMode {
     Each,
     /// One batch-ack request per fetch (the pgvs3 extension).
     Batch,
+    /// 32 workers, one ack request per job with up to a fetch's acks in flight (SDK workers
+    /// with concurrency).
+    EachW32,
 }
 
 impl AckMode {
@@ -461,6 +478,22 @@ impl AckMode {
         match self {
             AckMode::Each => "work",
             AckMode::Batch => "work_batch_ack",
+            AckMode::EachW32 => "work_ack_each_w32",
+        }
+    }
+
+    fn target(self) -> Option<Target> {
+        match self {
+            AckMode::Each => None,
+            AckMode::Batch => Some(Target::RatioAtLeast(1.0)),
+            AckMode::EachW32 => Some(Target::RatioAtLeast(0.5)),
+        }
+    }
+
+    fn workers(self, args: &Args) -> usize {
+        match self {
+            AckMode::EachW32 => 32,
+            _ => args.workers,
         }
     }
 
@@ -468,6 +501,7 @@ impl AckMode {
         match self {
             AckMode::Each => "ack each",
             AckMode::Batch => "one batch ack per fetch",
+            AckMode::EachW32 => "ack each, the fetch's acks in flight at once",
         }
     }
 }
@@ -485,7 +519,7 @@ async fn work_off(
     ack: AckMode,
 ) -> Result<WorkOff> {
     let mut workers = JoinSet::new();
-    for w in 0..args.workers {
+    for w in 0..ack.workers(args) {
         let mut client = Jobs::connect(protocol, base).await?;
         let fetch = args.fetch;
         workers.spawn(async move {
@@ -510,6 +544,18 @@ async fn work_off(
                         let started = Instant::now();
                         client.ack_batch(&claims, &worker).await?;
                         acks.push((millis(started.elapsed()), claims.len()));
+                    }
+                    AckMode::EachW32 => {
+                        let pending = claims.iter().map(|claim| {
+                            let mut client = client.clone();
+                            let worker = &worker;
+                            async move {
+                                let started = Instant::now();
+                                client.ack(claim, worker).await?;
+                                Ok::<_, BenchError>((millis(started.elapsed()), 1))
+                            }
+                        });
+                        acks.extend(futures_util::future::try_join_all(pending).await?);
                     }
                 }
             }
@@ -600,7 +646,7 @@ async fn jobs_singles(
         value: per_second(total, elapsed),
         unit: "jobs/s",
         floor: Some("floor.jobs.enqueue_single_concurrent".into()),
-        target: None,
+        target: Some(Target::RatioAtLeast(0.5)),
         note: format!(
             "{total} enqueues, {} clients; p50 {:.2} / p99 {:.2} ms",
             args.in_flight,

@@ -11,6 +11,8 @@ pub enum Target {
     AtMost(f64),
     /// The value divided by its floor is at least this.
     RatioAtLeast(f64),
+    /// The value divided by its floor is at most this (costs: lower is better).
+    RatioAtMost(f64),
 }
 
 /// One measured figure.
@@ -68,6 +70,7 @@ impl Report {
             Target::AtLeast(t) => Some(figure.value >= t),
             Target::AtMost(t) => Some(figure.value <= t),
             Target::RatioAtLeast(t) => self.ratio(figure).map(|r| r >= t),
+            Target::RatioAtMost(t) => self.ratio(figure).map(|r| r <= t),
         }
     }
 
@@ -93,6 +96,7 @@ impl Report {
                     Target::AtLeast(v) => format!("≥ {} {}", format_value(v), f.unit),
                     Target::AtMost(v) => format!("≤ {} {}", format_value(v), f.unit),
                     Target::RatioAtLeast(v) => format!("≥ {v}× floor"),
+                    Target::RatioAtMost(v) => format!("≤ {v}× floor"),
                 },
             );
             let result = match (f.target, self.met(f)) {
@@ -151,6 +155,7 @@ impl Report {
                     Target::AtLeast(v) => json!({"at_least": v}),
                     Target::AtMost(v) => json!({"at_most": v}),
                     Target::RatioAtLeast(v) => json!({"ratio_at_least": v}),
+                    Target::RatioAtMost(v) => json!({"ratio_at_most": v}),
                 });
                 json!({
                     "figure": f.name,
