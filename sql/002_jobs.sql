@@ -105,9 +105,8 @@ LANGUAGE plpgsql AS $$
 BEGIN
     IF cardinality(jobs) > 0 THEN
         -- unnest, not subscripts: reaching element i of an array of rows walks the i - 1 before it.
-        INSERT INTO s3p.events (type, job_id, queue, job_type, data)
-        SELECT t.event_type, j.id, j.queue, j.type,
-               s3p.event_data(j.id, j.type, j.queue, j.state, j.attempt) || coalesce(e.extra, '{}')
+        INSERT INTO s3p.events (type, job_id, queue, job_type, state, attempt, extra)
+        SELECT t.event_type, j.id, j.queue, j.type, j.state, j.attempt, nullif(e.extra, '{}')
           FROM unnest(jobs) WITH ORDINALITY AS j
           JOIN unnest(event_types) WITH ORDINALITY AS t(event_type, ord) ON t.ord = j.ordinality
           LEFT JOIN unnest(extras) WITH ORDINALITY AS e(extra, ord) ON e.ord = j.ordinality
@@ -229,19 +228,16 @@ LANGUAGE plpgsql AS $$
 DECLARE
     queue_name   text;
     queue_schema text;
-    is_paused    boolean;
-    per_second   float8;
     claimed      s3p.job;
     got          int := 0;
 BEGIN
     FOREACH queue_name IN ARRAY queues LOOP
         EXIT WHEN got >= wanted;
-        SELECT q.schema_name, q.paused, (q.settings->>'rate_limit_per_second')::float8
-          INTO queue_schema, is_paused, per_second
-          FROM s3p.queues q WHERE q.name = queue_name;
-        CONTINUE WHEN queue_schema IS NULL OR is_paused;
-        FOR claimed IN EXECUTE format('SELECT * FROM %I.claim($1, $2, $3, $4, $5)', queue_schema)
-            USING wanted - got, worker, visibility_ms, default_visibility_ms, per_second
+        queue_schema := s3p.queue_schema(queue_name);
+        CONTINUE WHEN queue_schema IS NULL;
+        -- The claim skips a paused queue and applies the rate limit itself.
+        FOR claimed IN EXECUTE format('SELECT * FROM %I.claim($1, $2, $3, $4)', queue_schema)
+            USING queue_name, array_fill(worker, ARRAY[wanted - got]), visibility_ms, default_visibility_ms
         LOOP
             got := got + 1;
             RETURN NEXT claimed;

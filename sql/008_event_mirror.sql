@@ -11,9 +11,10 @@
 -- receivers, and the queue's max_stream_events quota counts it and refuses the transition when
 -- the stream is full.
 --
--- The trigger is enabled only while some queue mirrors, so with mirroring off everywhere (the
--- default) recording an event costs nothing more. Turning mirroring on for the first queue, or
--- off for the last, enables or disables it: ALTER TABLE, which waits for the job transitions in
+-- The trigger exists only while some queue mirrors, so with mirroring off everywhere (the
+-- default) recording an event costs nothing more (a disabled trigger would not do: PostgreSQL
+-- still collects the transition table of every insert for it). Turning mirroring on for the
+-- first queue, or off for the last, creates or drops it, which waits for the job transitions in
 -- flight and holds new ones back until the configuration change commits.
 
 -- The queues that mirror (an almost always empty index).
@@ -29,7 +30,11 @@ DECLARE
 BEGIN
     FOR target IN
         SELECT e.queue,
-               jsonb_agg(jsonb_build_object('id', e.id, 'type', e.type, 'payload', to_jsonb(e),
+               jsonb_agg(jsonb_build_object('id', e.id, 'type', e.type,
+                                            'payload', jsonb_build_object(
+                                                'seq', e.seq, 'id', e.id, 'type', e.type, 'job_id', e.job_id,
+                                                'queue', e.queue, 'job_type', e.job_type,
+                                                'data', s3p.event_row_data(e), 'time', e.time),
                                             'headers', jsonb_build_object('pgvs3-event', 'job'))
                          ORDER BY e.seq) AS messages
           FROM logged e
@@ -44,26 +49,29 @@ BEGIN
 END
 $$;
 
-DROP TRIGGER IF EXISTS events_mirror_job_events ON s3p.events;
-CREATE TRIGGER events_mirror_job_events AFTER INSERT ON s3p.events
-    REFERENCING NEW TABLE AS logged
-    FOR EACH STATEMENT EXECUTE FUNCTION s3p.mirror_job_events();
-
--- Enables the mirroring trigger while some queue mirrors, disables it otherwise. Callers of
+-- Creates the mirroring trigger while some queue mirrors, drops it otherwise. Callers of
 -- concurrent changes take turns (advisory lock), each deciding from what the others committed.
 CREATE OR REPLACE FUNCTION s3p.sync_event_mirror() RETURNS void
 LANGUAGE plpgsql AS $$
 DECLARE
     wanted  boolean;
-    enabled boolean;
+    present boolean;
 BEGIN
     PERFORM pg_advisory_xact_lock(hashtext('s3p.event_mirror'));
     wanted := EXISTS (SELECT 1 FROM s3p.queues q WHERE q.settings @> '{"mirror_job_events": true}');
-    SELECT t.tgenabled <> 'D' INTO enabled FROM pg_trigger t
-     WHERE t.tgrelid = 's3p.events'::regclass AND t.tgname = 'events_mirror_job_events';
-    IF wanted IS DISTINCT FROM enabled THEN
-        EXECUTE format('ALTER TABLE s3p.events %s TRIGGER events_mirror_job_events',
-                       CASE WHEN wanted THEN 'ENABLE' ELSE 'DISABLE' END);
+    present := EXISTS (SELECT 1 FROM pg_trigger t
+                        WHERE t.tgrelid = 's3p.events'::regclass AND t.tgname = 'events_mirror_job_events'
+                          AND t.tgenabled <> 'D');
+    IF wanted AND NOT present THEN
+        DROP TRIGGER IF EXISTS events_mirror_job_events ON s3p.events;
+        CREATE TRIGGER events_mirror_job_events AFTER INSERT ON s3p.events
+            REFERENCING NEW TABLE AS logged
+            FOR EACH STATEMENT EXECUTE FUNCTION s3p.mirror_job_events();
+    ELSIF present AND NOT wanted THEN
+        DROP TRIGGER events_mirror_job_events ON s3p.events;
+    ELSIF NOT wanted THEN
+        -- A trigger left disabled by an older pgvs3 still costs every insert.
+        DROP TRIGGER IF EXISTS events_mirror_job_events ON s3p.events;
     END IF;
 END
 $$;

@@ -78,10 +78,9 @@ BEGIN
          ORDER BY p.ord
         RETURNING *
     ), recorded AS (
-        INSERT INTO s3p.events (type, job_id, queue, job_type, data)
+        INSERT INTO s3p.events (type, job_id, queue, job_type, state, attempt, extra)
         SELECT CASE i.state WHEN 'scheduled' THEN 'job.scheduled' ELSE 'job.enqueued' END, i.id, i.queue, i.type,
-               s3p.event_data(i.id, i.type, i.queue, i.state, i.attempt)
-               || jsonb_build_object('priority', i.priority, 'scheduled_at', i.scheduled_at)
+               i.state, i.attempt, jsonb_build_object('priority', i.priority, 'scheduled_at', i.scheduled_at)
           FROM inserted i
          ORDER BY i.seq
     )
@@ -110,22 +109,43 @@ LANGUAGE sql STABLE AS $fn$
       FROM __SCHEMA__.jobs WHERE id = job_id
 $fn$;
 
--- Claims up to `wanted` jobs: expired leases with attempts left first, then ready work by priority
--- and age. Each claim mints a new lease token.
+-- Claims jobs of the queue named `queue_name` (this schema's), one per entry of `owners` (the
+-- worker id each claimed job gets; several fetches may share one claim), unless the queue is
+-- paused or its rate limit says no: expired leases with attempts left first, then ready work by
+-- priority and age. Jobs come back in the order of `owners` (fewer when fewer are ready). Each
+-- claim mints a new lease token and records `job.started` in the same statement.
+DROP FUNCTION IF EXISTS __SCHEMA__.claim(int, text, bigint, bigint, float8);
+DROP FUNCTION IF EXISTS __SCHEMA__.claim(text, int, text, bigint, bigint);
 CREATE OR REPLACE FUNCTION __SCHEMA__.claim(
-    wanted int, worker text, visibility_ms bigint, default_visibility_ms bigint, per_second float8
+    queue_name text, owners text[], visibility_ms bigint, default_visibility_ms bigint
 ) RETURNS SETOF s3p.job
-LANGUAGE plpgsql AS $fn$
+LANGUAGE plpgsql
+-- The claim's LIMIT is a parameter, so the plan cache would re-plan a custom plan on every call;
+-- the generic plan walks the ready index in claim order, the plan for any LIMIT. The claimed ids
+-- reach the UPDATE through an array: joined to the LIMIT's rows instead, a generic plan expects
+-- a tenth of the table and hashes all of it.
+SET plan_cache_mode = force_generic_plan
+AS $fn$
 DECLARE
+    wanted int := coalesce(cardinality(owners), 0);
     got int := 0;
-    claimed s3p.job;
-    started s3p.job[] := '{}';
+    is_paused boolean;
+    per_second float8;
 BEGIN
-    wanted := __SCHEMA__.rate_allowance(wanted, per_second);
-    IF wanted <= 0 THEN
+    SELECT q.paused, (q.settings->>'rate_limit_per_second')::float8 INTO is_paused, per_second
+      FROM s3p.queues q WHERE q.name = queue_name;
+    IF NOT FOUND OR is_paused OR wanted = 0 THEN
         RETURN;
     END IF;
-    FOR claimed IN
+    IF per_second > 0 THEN
+        wanted := __SCHEMA__.rate_allowance(wanted, per_second);
+        IF wanted <= 0 THEN
+            RETURN;
+        END IF;
+    END IF;
+    -- Expired leases first; the lease index says at its first entry whether there are any.
+    IF EXISTS (SELECT 1 FROM __SCHEMA__.jobs WHERE state = 'active' AND lease_expires_at <= now()) THEN
+        RETURN QUERY
         WITH expired AS (
             SELECT id FROM __SCHEMA__.jobs
              WHERE state = 'active' AND lease_expires_at <= now() AND attempt < max_attempts
@@ -133,35 +153,40 @@ BEGIN
              ORDER BY lease_expires_at
              LIMIT wanted
              FOR UPDATE SKIP LOCKED
+        ), slots AS (
+            SELECT u.id, u.slot FROM unnest(ARRAY(SELECT e.id FROM expired e)) WITH ORDINALITY AS u(id, slot)
+        ), reclaimed AS (
+            UPDATE __SCHEMA__.jobs j
+               SET attempt = j.attempt + 1,
+                   started_at = now(),
+                   lease_token = gen_random_uuid(),
+                   lease_expires_at = now() + make_interval(secs => least(
+                       coalesce(visibility_ms, j.visibility_timeout_ms, default_visibility_ms),
+                       coalesce(j.timeout_ms, 9223372036854775807)) / 1000.0),
+                   worker_id = owners[s.slot],
+                   errors = coalesce(j.errors, '[]'::jsonb) || jsonb_build_object(
+                       'code', 'timeout', 'type', 'timeout', 'message', 'lease expired before ack',
+                       'attempt', j.attempt, 'occurred_at', now()),
+                   error = jsonb_build_object('code', 'timeout', 'type', 'timeout',
+                       'message', 'lease expired before ack', 'attempt', j.attempt, 'occurred_at', now())
+              FROM slots s
+             WHERE j.id = s.id
+            RETURNING j AS job, s.slot
+        ), recorded AS (
+            INSERT INTO s3p.events (type, job_id, queue, job_type, state, attempt, extra)
+            SELECT 'job.started', (r.job).id, (r.job).queue, (r.job).type, (r.job).state, (r.job).attempt,
+                   jsonb_build_object('worker_id', (r.job).worker_id)
+              FROM reclaimed r
+             ORDER BY r.slot
         )
-        UPDATE __SCHEMA__.jobs j
-           SET attempt = j.attempt + 1,
-               started_at = now(),
-               lease_token = gen_random_uuid(),
-               lease_expires_at = now() + make_interval(secs => least(
-                   coalesce(visibility_ms, j.visibility_timeout_ms, default_visibility_ms),
-                   coalesce(j.timeout_ms, 9223372036854775807)) / 1000.0),
-               worker_id = worker,
-               errors = coalesce(j.errors, '[]'::jsonb) || jsonb_build_object(
-                   'code', 'timeout', 'type', 'timeout', 'message', 'lease expired before ack',
-                   'attempt', j.attempt, 'occurred_at', now()),
-               error = jsonb_build_object('code', 'timeout', 'type', 'timeout',
-                   'message', 'lease expired before ack', 'attempt', j.attempt, 'occurred_at', now())
-          FROM expired e
-         WHERE j.id = e.id
-        RETURNING j.*
-    LOOP
-        got := got + 1;
-        started := started || claimed;
-        RETURN NEXT claimed;
-    END LOOP;
-    IF got >= wanted THEN
-        PERFORM s3p.emit_all(array_fill('job.started'::text, ARRAY[cardinality(started)]), started,
-                             array_fill(jsonb_build_object('worker_id', worker), ARRAY[cardinality(started)]));
-        RETURN;
+        SELECT (r.job).* FROM reclaimed r ORDER BY r.slot;
+        GET DIAGNOSTICS got = ROW_COUNT;
+        IF got >= wanted THEN
+            RETURN;
+        END IF;
     END IF;
 
-    FOR claimed IN
+    RETURN QUERY
     WITH ready AS (
         SELECT id FROM __SCHEMA__.jobs
          WHERE state IN ('available', 'scheduled', 'retryable') AND run_at <= now()
@@ -169,7 +194,9 @@ BEGIN
          ORDER BY priority DESC, run_at, seq
          LIMIT wanted - got
          FOR UPDATE SKIP LOCKED
-    ), claimed_now AS (
+    ), slots AS (
+        SELECT u.id, got + u.slot AS slot FROM unnest(ARRAY(SELECT r.id FROM ready r)) WITH ORDINALITY AS u(id, slot)
+    ), claimed AS (
         UPDATE __SCHEMA__.jobs j
            SET state = 'active',
                attempt = j.attempt + 1,
@@ -179,18 +206,18 @@ BEGIN
                lease_expires_at = now() + make_interval(secs => least(
                    coalesce(visibility_ms, j.visibility_timeout_ms, default_visibility_ms),
                    coalesce(j.timeout_ms, 9223372036854775807)) / 1000.0),
-               worker_id = worker
-          FROM ready r
-         WHERE j.id = r.id
-        RETURNING j.*
+               worker_id = owners[s.slot]
+          FROM slots s
+         WHERE j.id = s.id
+        RETURNING j AS job, s.slot
+    ), recorded AS (
+        INSERT INTO s3p.events (type, job_id, queue, job_type, state, attempt, extra)
+        SELECT 'job.started', (c.job).id, (c.job).queue, (c.job).type, (c.job).state, (c.job).attempt,
+               jsonb_build_object('worker_id', (c.job).worker_id)
+          FROM claimed c
+         ORDER BY c.slot
     )
-    SELECT * FROM claimed_now ORDER BY priority DESC, run_at, seq
-    LOOP
-        started := started || claimed;
-        RETURN NEXT claimed;
-    END LOOP;
-    PERFORM s3p.emit_all(array_fill('job.started'::text, ARRAY[cardinality(started)]), started,
-                         array_fill(jsonb_build_object('worker_id', worker), ARRAY[cardinality(started)]));
+    SELECT (c.job).* FROM claimed c ORDER BY c.slot;
 END
 $fn$;
 
@@ -268,11 +295,10 @@ BEGIN
                AND (i.token IS NULL OR i.token = j.lease_token)
             RETURNING j.*
         ), recorded AS (
-            INSERT INTO s3p.events (type, job_id, queue, job_type, data)
-            SELECT 'job.completed', c.id, c.queue, c.type,
-                   s3p.event_data(c.id, c.type, c.queue, c.state, c.attempt)
-                   || jsonb_build_object('duration_ms', round(extract(epoch FROM c.completed_at - c.started_at) * 1000),
-                                         'result', c.result)
+            INSERT INTO s3p.events (type, job_id, queue, job_type, state, attempt, extra)
+            SELECT 'job.completed', c.id, c.queue, c.type, c.state, c.attempt,
+                   jsonb_build_object('duration_ms', round(extract(epoch FROM c.completed_at - c.started_at) * 1000),
+                                      'result', c.result)
               FROM completed c
              ORDER BY c.seq
         )

@@ -29,6 +29,37 @@ pub fn router(state: MetricsState) -> axum::Router {
         .with_state(state)
 }
 
+/// Requests of the grouped operations and the statements (transactions) that served them.
+fn render_grouping(stats: &crate::store::GroupingStats, out: &mut String) {
+    let families = [
+        (
+            "pgvs3_grouped_requests_total",
+            "Ack, single-queue fetch and single enqueue requests that reached the database.",
+            [
+                ("ack", stats.ack_requests),
+                ("fetch", stats.fetch_requests),
+                ("enqueue", stats.enqueue_requests),
+            ],
+        ),
+        (
+            "pgvs3_grouped_statements_total",
+            "Statements, each its own transaction, that served them (concurrent requests share one).",
+            [
+                ("ack", stats.ack_statements),
+                ("fetch", stats.fetch_statements),
+                ("enqueue", stats.enqueue_statements),
+            ],
+        ),
+    ];
+    for (name, help, samples) in families {
+        let _ = writeln!(out, "# HELP {name} {help}");
+        let _ = writeln!(out, "# TYPE {name} counter");
+        for (op, value) in samples {
+            let _ = writeln!(out, "{name}{{op=\"{op}\"}} {value}");
+        }
+    }
+}
+
 /// Escapes a label value.
 fn label(value: &str) -> String {
     value
@@ -71,6 +102,7 @@ async fn scrape(State(state): State<MetricsState>) -> Response {
         "pgvs3_stream_rotations_total {}",
         totals.rotations.load(Relaxed)
     );
+    render_grouping(&state.service.grouping_stats(), &mut out);
     match state.service.metrics_snapshot().await {
         Ok((snapshot, (open, idle))) => {
             render_queues(&snapshot, &mut out);

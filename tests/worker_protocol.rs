@@ -1656,3 +1656,156 @@ async fn queue_statistics_measure_the_last_hour() {
     );
     app.stop().await;
 }
+
+/// The grouped-operation counters of /metrics: (requests, statements) of `op`.
+async fn grouped_counts(http: &Http, op: &str) -> (u64, u64) {
+    let text = http
+        .client
+        .get(format!("{}/metrics", http.base))
+        .send()
+        .await
+        .expect("scrape")
+        .text()
+        .await
+        .expect("metrics text");
+    let read = |name: &str| {
+        let prefix = format!("{name}{{op=\"{op}\"}} ");
+        text.lines()
+            .find_map(|l| l.strip_prefix(prefix.as_str()))
+            .and_then(|v| v.trim().parse::<u64>().ok())
+            .unwrap_or_else(|| panic!("{name} for {op} in /metrics"))
+    };
+    (
+        read("pgvs3_grouped_requests_total"),
+        read("pgvs3_grouped_statements_total"),
+    )
+}
+
+/// Acks that arrive together, over both protocols, are committed by fewer statements (each its
+/// own transaction) than there are requests, and each still gets exactly its own outcome: good
+/// acks complete, a stale lease, an unknown job and the second ack of one job fail alone.
+#[tokio::test]
+async fn concurrent_acks_share_transactions_and_keep_their_outcomes() {
+    let app = common::spawn_app().await;
+    let http = Http::new(&app);
+    for i in 0..48 {
+        http.enqueue(json!({"type": "group.ack", "args": [i], "options": {"queue": "grouped"}}))
+            .await;
+    }
+    let claimed = http
+        .fetch(json!({"queues": ["grouped"], "count": 48, "worker_id": "w"}))
+        .await;
+    assert_eq!(claimed.len(), 48);
+    let token = |j: &Value| j["lease_token"].as_str().expect("lease token").to_string();
+    let id = |j: &Value| id_of(j);
+
+    // 40 good acks (half HTTP, half gRPC), 4 with a stale lease token, 2 of unknown jobs, and
+    // the last two jobs each acked twice at once.
+    #[derive(Debug, PartialEq)]
+    enum Want {
+        Done,
+        Stale,
+        Unknown,
+        Twice,
+    }
+    let mut acks: Vec<(String, String, Want)> = Vec::new();
+    for job in &claimed[..40] {
+        acks.push((id(job), token(job), Want::Done));
+    }
+    for job in &claimed[40..44] {
+        acks.push((id(job), uuid::Uuid::new_v4().to_string(), Want::Stale));
+    }
+    for _ in 0..2 {
+        let token = uuid::Uuid::new_v4().to_string();
+        acks.push((uuid::Uuid::now_v7().to_string(), token, Want::Unknown));
+    }
+    for job in &claimed[44..46] {
+        acks.push((id(job), token(job), Want::Twice));
+        acks.push((id(job), token(job), Want::Twice));
+    }
+
+    let (requests_before, statements_before) = grouped_counts(&http, "ack").await;
+    let grpc = app.grpc().await;
+    let answers =
+        futures_util::future::join_all(acks.iter().enumerate().map(|(i, (job, tok, _))| {
+            let (http, mut grpc) = (&http, grpc.clone());
+            async move {
+                if i % 2 == 0 {
+                    let (status, body) = http
+                        .post(
+                            "/ojs/v1/workers/ack",
+                            json!({"job_id": job, "lease_token": tok}),
+                        )
+                        .await;
+                    if status == StatusCode::OK {
+                        assert_eq!(body["state"], "completed", "{body}");
+                        Ok(())
+                    } else {
+                        Err((status.as_u16(), error_code(&body).to_string()))
+                    }
+                } else {
+                    match grpc
+                        .ack(pb::AckRequest {
+                            job_id: job.clone(),
+                            lease_token: tok.clone(),
+                            ..Default::default()
+                        })
+                        .await
+                    {
+                        Ok(_) => Ok(()),
+                        Err(status) => Err((0, grpc_code(&status))),
+                    }
+                }
+            }
+        }))
+        .await;
+    let (requests_after, statements_after) = grouped_counts(&http, "ack").await;
+
+    let mut twice_done = 0;
+    let mut twice_refused = 0;
+    for ((job, _, want), answer) in acks.iter().zip(&answers) {
+        match want {
+            Want::Done => assert_eq!(answer, &Ok(()), "ack of {job}"),
+            Want::Stale => assert!(
+                matches!(answer, Err((409 | 0, code)) if code == "stale_lease"),
+                "stale ack of {job}: {answer:?}"
+            ),
+            Want::Unknown => assert!(
+                matches!(answer, Err((404 | 0, code)) if code == "not_found"),
+                "ack of unknown {job}: {answer:?}"
+            ),
+            Want::Twice => match answer {
+                Ok(()) => twice_done += 1,
+                // As a second ack after the first: the lease ended with the completion.
+                Err((409 | 0, code)) if code == "stale_lease" => twice_refused += 1,
+                other => panic!("second ack of {job}: {other:?}"),
+            },
+        }
+    }
+    assert_eq!(
+        (twice_done, twice_refused),
+        (2, 2),
+        "each doubled job completes once"
+    );
+
+    // Stored states agree: completed, or still active under the lease the stale acks missed.
+    for (job, _, want) in &acks {
+        let expected = match want {
+            Want::Done | Want::Twice => "completed",
+            Want::Stale => "active",
+            Want::Unknown => continue,
+        };
+        assert_eq!(http.job(job).await["state"], expected, "state of {job}");
+    }
+
+    let requests = requests_after - requests_before;
+    let statements = statements_after - statements_before;
+    assert_eq!(requests, acks.len() as u64, "every ack counted once");
+    // Each failed ack costs a statement of its own (it names the reason); the 42 that complete
+    // share far fewer.
+    assert!(
+        statements < requests,
+        "{requests} concurrent acks took {statements} statements"
+    );
+    app.stop().await;
+}

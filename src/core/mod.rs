@@ -363,9 +363,7 @@ impl Service {
             ))
             .with_detail("field", "acks".into()));
         }
-        let mut ids = Vec::with_capacity(acks.len());
-        let mut tokens = Vec::with_capacity(acks.len());
-        let mut results = Vec::with_capacity(acks.len());
+        let mut items = Vec::with_capacity(acks.len());
         let mut seen = std::collections::HashSet::with_capacity(acks.len());
         for (i, ack) in acks.into_iter().enumerate() {
             let at = |e: CoreError| {
@@ -383,23 +381,9 @@ impl Service {
                     "job {id} is acked twice in one batch"
                 ))));
             }
-            ids.push(id);
-            tokens.push(token);
-            results.push(ack.result);
+            items.push((id, token, ack.result));
         }
-        let completed = self.store.ack_many(&ids, &tokens, &results).await?;
-        let mut completed: std::collections::HashMap<uuid::Uuid, Job> =
-            completed.into_iter().map(|job| (job.id, job)).collect();
-        let mut outcomes = Vec::with_capacity(ids.len());
-        for (i, id) in ids.iter().enumerate() {
-            let outcome = match completed.remove(id) {
-                Some(job) => Ok(job),
-                // Not completed by the batch: the single ack names the reason.
-                None => self.store.ack(*id, tokens[i], results[i].as_ref()).await,
-            };
-            outcomes.push(outcome);
-        }
-        Ok(outcomes)
+        self.store.ack_each(items).await
     }
 
     /// Fails an active job: retried, requeued or discarded by its policy.
@@ -550,6 +534,11 @@ impl Service {
                 .fetch_add(report.rotations.max(0) as u64, Relaxed);
         }
         Ok(report)
+    }
+
+    /// Requests and statements of the grouped job operations so far (for /metrics).
+    pub fn grouping_stats(&self) -> crate::store::GroupingStats {
+        self.store.grouping_stats()
     }
 
     /// What this gateway's maintenance passes did so far.

@@ -1,6 +1,9 @@
 //! sqlx → PL/pgSQL: every operation is one call of an `s3p` function; SQLSTATEs become core errors.
 
+mod coalesce;
+mod grouped;
 pub mod migrate;
+mod routes;
 pub mod signals;
 mod stream;
 
@@ -14,6 +17,7 @@ use uuid::Uuid;
 use crate::core::job::RetryPolicy;
 use crate::core::workflow::CronEntry;
 use crate::core::{CoreError, ErrorKind, Job, JobState, MaintenanceReport, QueueSummary};
+pub use grouped::{AckItem, GroupingStats};
 pub use signals::{Signals, Wakeups};
 
 /// The database handle of the service.
@@ -21,6 +25,7 @@ pub use signals::{Signals, Wakeups};
 pub struct Store {
     pool: PgPool,
     signals: Signals,
+    grouped: std::sync::Arc<grouped::Grouped>,
 }
 
 /// One row of `s3p.job`.
@@ -258,7 +263,9 @@ impl Store {
         let options: PgConnectOptions = url
             .parse::<PgConnectOptions>()
             .map_err(|e| CoreError::invalid(format!("DATABASE_URL is not a valid URL: {e}")))?
-            .options([("s3p.max_queues", max_queues.max(0).to_string())]);
+            .options([("s3p.max_queues", max_queues.max(0).to_string())])
+            // Each queue has its own prepared statements (claim, ack) on every connection.
+            .statement_cache_capacity(1024);
         let pool = PgPoolOptions::new()
             .max_connections(max_connections)
             .acquire_timeout(Duration::from_secs(10))
@@ -266,7 +273,12 @@ impl Store {
             .await
             .map_err(map_db_error)?;
         let signals = Signals::start(&pool).await?;
-        Ok(Store { pool, signals })
+        let grouped = std::sync::Arc::new(grouped::Grouped::new(pool.clone()));
+        Ok(Store {
+            pool,
+            signals,
+            grouped,
+        })
     }
 
     /// The connection pool.
@@ -302,24 +314,16 @@ impl Store {
             .map_err(map_db_error)
     }
 
-    /// `s3p.enqueue`.
+    /// `s3p.enqueue`. Plain jobs (no unique key, no rate-limit setting) are grouped with
+    /// concurrent single enqueues of their queue into one statement.
     #[tracing::instrument(name = "db", skip_all, fields(op = "enqueue"))]
     pub async fn enqueue(&self, row: &Value) -> Result<Job, CoreError> {
-        let rows: Vec<JobRow> = sqlx::query_as("SELECT * FROM s3p.enqueue($1)")
-            .bind(row)
-            .fetch_all(&self.pool)
-            .await
-            .map_err(map_db_error)?;
-        let id = row.get("id").and_then(Value::as_str).unwrap_or_default();
-        rows.into_iter()
-            .next()
-            .map(Job::try_from)
-            .unwrap_or_else(|| {
-                Err(CoreError::new(
-                    ErrorKind::Backend,
-                    format!("enqueue of {id} returned no job"),
-                ))
-            })
+        let plain = row.get("unique_key").is_none_or(Value::is_null)
+            && row.get("rate_limit_per_second").is_none();
+        match row.get("queue").and_then(Value::as_str) {
+            Some(queue) if plain => self.grouped.enqueue(queue, row.clone()).await,
+            _ => grouped::enqueue_one(&self.pool, row).await,
+        }
     }
 
     /// `s3p.enqueue_batch`: all or none.
@@ -344,7 +348,8 @@ impl Store {
         one(rows, id)
     }
 
-    /// `s3p.fetch`.
+    /// Claims jobs: from one queue with its own claim statement, grouped with concurrent fetches
+    /// of that queue; from several with `s3p.fetch`, which tries them in order.
     #[tracing::instrument(name = "db", skip_all, fields(op = "fetch"))]
     pub async fn fetch(
         &self,
@@ -354,6 +359,18 @@ impl Store {
         visibility_ms: Option<i64>,
         default_visibility_ms: i64,
     ) -> Result<Vec<Job>, CoreError> {
+        if let [queue] = queues {
+            return self
+                .grouped
+                .claim(
+                    queue,
+                    usize::try_from(count).unwrap_or(0),
+                    worker,
+                    visibility_ms,
+                    default_visibility_ms,
+                )
+                .await;
+        }
         let rows = sqlx::query_as("SELECT * FROM s3p.fetch($1, $2, $3, $4, $5)")
             .bind(queues)
             .bind(count)
@@ -376,7 +393,7 @@ impl Store {
             .map_err(map_db_error)
     }
 
-    /// `s3p.ack`.
+    /// Completes an active job; grouped with the acks in flight (see `ack_each`).
     #[tracing::instrument(name = "db", skip_all, fields(op = "ack"))]
     pub async fn ack(
         &self,
@@ -384,33 +401,27 @@ impl Store {
         token: Option<Uuid>,
         result: Option<&Value>,
     ) -> Result<Job, CoreError> {
-        let rows = sqlx::query_as("SELECT * FROM s3p.ack($1, $2, $3)")
-            .bind(id)
-            .bind(token)
-            .bind(result)
-            .fetch_all(&self.pool)
-            .await
-            .map_err(map_db_error)?;
-        one(rows, id)
+        let mut outcome = self.grouped.ack(vec![(id, token, result.cloned())]).await?;
+        outcome
+            .pop()
+            .unwrap_or_else(|| Err(CoreError::not_found("job", &id.to_string())))
     }
 
-    /// `s3p.ack_many`: completes in one transaction the jobs whose lease still holds; the jobs it
-    /// completed (the others are for the caller to ack one by one).
-    #[tracing::instrument(name = "db", skip_all, fields(op = "ack_many", jobs = ids.len()))]
-    pub async fn ack_many(
+    /// Completes jobs, each outcome exactly what a single ack of it answers, in order. Acks
+    /// that arrive while another group's commit is in flight join the next group: one statement
+    /// and one commit for all of them (plus one statement per ack it could not complete, which
+    /// names the reason).
+    #[tracing::instrument(name = "db", skip_all, fields(op = "ack_each", jobs = items.len()))]
+    pub async fn ack_each(
         &self,
-        ids: &[Uuid],
-        tokens: &[Option<Uuid>],
-        results: &[Option<Value>],
-    ) -> Result<Vec<Job>, CoreError> {
-        let rows = sqlx::query_as("SELECT * FROM s3p.ack_many($1, $2, $3)")
-            .bind(ids)
-            .bind(tokens)
-            .bind(results)
-            .fetch_all(&self.pool)
-            .await
-            .map_err(map_db_error)?;
-        jobs(rows)
+        items: Vec<AckItem>,
+    ) -> Result<Vec<Result<Job, CoreError>>, CoreError> {
+        self.grouped.ack(items).await
+    }
+
+    /// Requests and statements of the grouped operations so far.
+    pub fn grouping_stats(&self) -> GroupingStats {
+        self.grouped.stats()
     }
 
     /// `s3p.nack`.
@@ -430,6 +441,7 @@ impl Store {
             .fetch_all(&self.pool)
             .await
             .map_err(map_db_error)?;
+        self.grouped.routes().release([id]);
         one(rows, id)
     }
 
@@ -579,12 +591,14 @@ impl Store {
     /// `s3p.drop_queue`.
     #[tracing::instrument(name = "db", skip_all, fields(op = "drop_queue"))]
     pub async fn drop_queue(&self, queue: &str) -> Result<(), CoreError> {
-        sqlx::query("SELECT s3p.drop_queue($1)")
+        let dropped = sqlx::query("SELECT s3p.drop_queue($1)")
             .bind(queue)
             .execute(&self.pool)
             .await
             .map(|_| ())
-            .map_err(map_db_error)
+            .map_err(map_db_error);
+        self.grouped.routes().forget(queue);
+        dropped
     }
 
     /// `s3p.adopt_queue`: how many job ids were indexed.

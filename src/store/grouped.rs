@@ -1,0 +1,432 @@
+//! The hot job operations — claim, ack, single enqueue — each grouped across concurrent
+//! requests (see `coalesce`) and sent straight to the queue's own functions with statements
+//! prepared once per connection (see `routes`), falling back to the `s3p` catalog path where a
+//! hint does not hold.
+
+use std::collections::{HashMap, HashSet};
+use std::sync::Arc;
+
+use serde_json::Value;
+use sqlx::{AssertSqlSafe, PgPool};
+use uuid::Uuid;
+
+use super::coalesce::{Coalescer, Runner};
+use super::routes::{Routes, is_stale};
+use super::{JobRow, jobs, map_db_error};
+use crate::core::{CoreError, ErrorKind, Job};
+
+/// Most items one grouped statement takes.
+const MAX_GROUP: usize = 1000;
+
+/// One ack: job id, lease token (none = any lease), result.
+pub type AckItem = (Uuid, Option<Uuid>, Option<Value>);
+
+/// The schema acks of a group go to: a queue's (from the job → queue hint) or none (catalog).
+type AckLane = Option<Arc<str>>;
+
+/// A claim lane: queue, its schema, the fetch's visibility timeout and the server default.
+#[derive(Clone, PartialEq, Eq, Hash)]
+struct ClaimLane {
+    queue: Arc<str>,
+    schema: Arc<str>,
+    visibility_ms: Option<i64>,
+    default_visibility_ms: i64,
+}
+
+/// What one claim slot comes back as: the job claimed for it, or none.
+type Slot = Result<Option<Job>, CoreError>;
+
+/// What grouping saved so far: requests in, statements out, per operation.
+#[derive(Debug, Clone, Copy, Default)]
+pub struct GroupingStats {
+    /// Ack requests (single and batch).
+    pub ack_requests: u64,
+    /// Statements (transactions) that completed them, fallbacks included.
+    pub ack_statements: u64,
+    /// Single-queue fetch requests that reached the database.
+    pub fetch_requests: u64,
+    /// Claim statements that served them.
+    pub fetch_statements: u64,
+    /// Single enqueues that could be grouped.
+    pub enqueue_requests: u64,
+    /// Statements that stored them.
+    pub enqueue_statements: u64,
+}
+
+/// The shared parts every runner needs.
+#[derive(Clone)]
+struct Shared {
+    pool: PgPool,
+    routes: Arc<Routes>,
+    counts: Arc<Counts>,
+}
+
+#[derive(Default)]
+struct Counts {
+    ack_requests: std::sync::atomic::AtomicU64,
+    ack_statements: std::sync::atomic::AtomicU64,
+    fetch_requests: std::sync::atomic::AtomicU64,
+    fetch_statements: std::sync::atomic::AtomicU64,
+    enqueue_requests: std::sync::atomic::AtomicU64,
+    enqueue_statements: std::sync::atomic::AtomicU64,
+}
+
+fn bump(counter: &std::sync::atomic::AtomicU64, by: usize) {
+    counter.fetch_add(by as u64, std::sync::atomic::Ordering::Relaxed);
+}
+
+fn read(counter: &std::sync::atomic::AtomicU64) -> u64 {
+    counter.load(std::sync::atomic::Ordering::Relaxed)
+}
+
+/// The grouped operations of one store.
+pub struct Grouped {
+    shared: Shared,
+    acks: Arc<Coalescer<AckLane, AckItem, Result<Job, CoreError>>>,
+    claims: Arc<Coalescer<ClaimLane, Option<String>, Slot>>,
+    enqueues: Arc<Coalescer<String, Value, Result<Job, CoreError>>>,
+}
+
+impl Grouped {
+    /// Grouped operations over `pool`.
+    pub fn new(pool: PgPool) -> Grouped {
+        let shared = Shared {
+            pool,
+            routes: Arc::new(Routes::default()),
+            counts: Arc::new(Counts::default()),
+        };
+        let s = shared.clone();
+        let acks: Runner<AckLane, AckItem, Result<Job, CoreError>> =
+            Arc::new(move |lane, items| {
+                let s = s.clone();
+                Box::pin(async move { s.run_acks(lane, items).await })
+            });
+        let s = shared.clone();
+        let claims: Runner<ClaimLane, Option<String>, Slot> = Arc::new(move |lane, owners| {
+            let s = s.clone();
+            Box::pin(async move { s.run_claims(lane, owners).await })
+        });
+        let s = shared.clone();
+        let enqueues: Runner<String, Value, Result<Job, CoreError>> =
+            Arc::new(move |_queue, rows| {
+                let s = s.clone();
+                Box::pin(async move { s.run_enqueues(rows).await })
+            });
+        Grouped {
+            shared,
+            acks: Coalescer::new(MAX_GROUP, acks),
+            claims: Coalescer::new(MAX_GROUP, claims),
+            enqueues: Coalescer::new(MAX_GROUP, enqueues),
+        }
+    }
+
+    /// The queue → schema and job → queue hints.
+    pub fn routes(&self) -> &Routes {
+        &self.shared.routes
+    }
+
+    /// Requests and statements so far.
+    pub fn stats(&self) -> GroupingStats {
+        let c = &self.shared.counts;
+        GroupingStats {
+            ack_requests: read(&c.ack_requests),
+            ack_statements: read(&c.ack_statements),
+            fetch_requests: read(&c.fetch_requests),
+            fetch_statements: read(&c.fetch_statements),
+            enqueue_requests: read(&c.enqueue_requests),
+            enqueue_statements: read(&c.enqueue_statements),
+        }
+    }
+
+    /// Completes jobs; one outcome per ack, in order, each exactly what a single ack of it
+    /// answers. Acks of jobs this gateway claimed go to their queue's schema, grouped per queue.
+    pub async fn ack(&self, items: Vec<AckItem>) -> Result<Vec<Result<Job, CoreError>>, CoreError> {
+        bump(&self.shared.counts.ack_requests, 1);
+        let routes = &self.shared.routes;
+        let mut lanes: Vec<(AckLane, Vec<usize>)> = Vec::new();
+        for (i, (id, _, _)) in items.iter().enumerate() {
+            let lane = match routes.queue_of(id) {
+                Some(queue) => routes.schema(&self.shared.pool, &queue).await?,
+                None => None,
+            };
+            match lanes.iter_mut().find(|(l, _)| *l == lane) {
+                Some((_, at)) => at.push(i),
+                None => lanes.push((lane, vec![i])),
+            }
+        }
+        let mut items: Vec<Option<AckItem>> = items.into_iter().map(Some).collect();
+        let mut outcomes: Vec<Option<Result<Job, CoreError>>> = vec![None; items.len()];
+        for (lane, at) in lanes {
+            let group = at.iter().filter_map(|&i| items[i].take()).collect();
+            let answered = self.acks.run(lane, group).await?;
+            for (&i, outcome) in at.iter().zip(answered) {
+                outcomes[i] = Some(outcome);
+            }
+        }
+        Ok(outcomes
+            .into_iter()
+            .map(|o| {
+                o.unwrap_or_else(|| {
+                    Err(CoreError::new(ErrorKind::Backend, "an ack got no outcome"))
+                })
+            })
+            .collect())
+    }
+
+    /// Claims up to `count` jobs of one queue for `worker`, grouped with concurrent claims of the
+    /// same queue and visibility timeout. An unknown queue has nothing to claim.
+    pub async fn claim(
+        &self,
+        queue: &str,
+        count: usize,
+        worker: Option<&str>,
+        visibility_ms: Option<i64>,
+        default_visibility_ms: i64,
+    ) -> Result<Vec<Job>, CoreError> {
+        let Some(schema) = self.shared.routes.schema(&self.shared.pool, queue).await? else {
+            return Ok(Vec::new());
+        };
+        bump(&self.shared.counts.fetch_requests, 1);
+        let lane = ClaimLane {
+            queue: queue.into(),
+            schema,
+            visibility_ms,
+            default_visibility_ms,
+        };
+        let owners = vec![worker.map(str::to_string); count];
+        let slots = self.claims.run(lane, owners).await?;
+        let mut claimed = Vec::with_capacity(count);
+        for slot in slots {
+            if let Some(job) = slot? {
+                claimed.push(job);
+            }
+        }
+        Ok(claimed)
+    }
+
+    /// Stores one job (no unique key, no rate-limit setting), grouped with concurrent single
+    /// enqueues to the same queue.
+    pub async fn enqueue(&self, queue: &str, row: Value) -> Result<Job, CoreError> {
+        bump(&self.shared.counts.enqueue_requests, 1);
+        let mut outcome = self.enqueues.run(queue.to_string(), vec![row]).await?;
+        outcome
+            .pop()
+            .unwrap_or_else(|| Err(CoreError::new(ErrorKind::Backend, "enqueue got no outcome")))
+    }
+}
+
+impl Shared {
+    /// One statement for a group of acks; those it leaves out get a single ack each, which says
+    /// why (or finds the job where the hint was wrong). A job acked twice in one group: the later
+    /// acks go after the statement, as they would have after a separate one.
+    async fn run_acks(&self, lane: AckLane, items: Vec<AckItem>) -> Vec<Result<Job, CoreError>> {
+        let mut seen = HashSet::with_capacity(items.len());
+        let first: Vec<bool> = items.iter().map(|(id, _, _)| seen.insert(*id)).collect();
+        let (mut ids, mut tokens, mut results) = (Vec::new(), Vec::new(), Vec::new());
+        for ((id, token, result), first) in items.iter().zip(&first) {
+            if *first {
+                ids.push(*id);
+                tokens.push(*token);
+                results.push(result.clone());
+            }
+        }
+        bump(&self.counts.ack_statements, 1);
+        let mut grouped = self
+            .ack_many(lane.as_deref(), &ids, &tokens, &results)
+            .await;
+        if lane.is_some() && grouped.as_ref().is_err_and(|e| e.is_stale()) {
+            // The queue went away under the hint: the catalog path knows where each job is.
+            bump(&self.counts.ack_statements, 1);
+            grouped = self.ack_many(None, &ids, &tokens, &results).await;
+        }
+        let mut completed: HashMap<Uuid, Job> = match grouped {
+            Ok(jobs) => jobs.into_iter().map(|job| (job.id, job)).collect(),
+            // Answer each on its own: one ack's failure must not become the others'.
+            Err(_) => HashMap::new(),
+        };
+        let mut outcomes = Vec::with_capacity(items.len());
+        for ((id, token, result), first) in items.into_iter().zip(first) {
+            let done = if first { completed.remove(&id) } else { None };
+            outcomes.push(match done {
+                Some(job) => Ok(job),
+                None => {
+                    bump(&self.counts.ack_statements, 1);
+                    self.ack_one(id, token, result.as_ref()).await
+                }
+            });
+        }
+        self.routes.release(
+            outcomes
+                .iter()
+                .filter_map(|o| o.as_ref().ok().map(|job| job.id)),
+        );
+        outcomes
+    }
+
+    async fn ack_many(
+        &self,
+        schema: Option<&str>,
+        ids: &[Uuid],
+        tokens: &[Option<Uuid>],
+        results: &[Option<Value>],
+    ) -> Result<Vec<Job>, DbError> {
+        let sql = match schema {
+            Some(schema) => format!("SELECT * FROM {schema}.ack_many($1, $2, $3)"),
+            None => "SELECT * FROM s3p.ack_many($1, $2, $3)".to_string(),
+        };
+        let rows: Vec<JobRow> = sqlx::query_as(AssertSqlSafe(sql))
+            .bind(ids)
+            .bind(tokens)
+            .bind(results)
+            .fetch_all(&self.pool)
+            .await
+            .map_err(DbError::Sql)?;
+        jobs(rows).map_err(DbError::Core)
+    }
+
+    /// `s3p.ack` of one job: completes it or raises the precise error.
+    async fn ack_one(
+        &self,
+        id: Uuid,
+        token: Option<Uuid>,
+        result: Option<&Value>,
+    ) -> Result<Job, CoreError> {
+        let rows: Vec<JobRow> = sqlx::query_as("SELECT * FROM s3p.ack($1, $2, $3)")
+            .bind(id)
+            .bind(token)
+            .bind(result)
+            .fetch_all(&self.pool)
+            .await
+            .map_err(map_db_error)?;
+        super::one(rows, id)
+    }
+
+    /// One claim statement for a group of fetches: a slot per job wanted, its worker id in it;
+    /// the claimed jobs fill the slots in order.
+    async fn run_claims(&self, lane: ClaimLane, owners: Vec<Option<String>>) -> Vec<Slot> {
+        let wanted = owners.len();
+        bump(&self.counts.fetch_statements, 1);
+        let mut claimed = self.claim(&lane.schema, &lane, &owners).await;
+        if claimed.as_ref().is_err_and(|e| e.is_stale()) {
+            // Dropped (and maybe created again): ask the catalog once more.
+            self.routes.forget(&lane.queue);
+            claimed = match self.routes.schema(&self.pool, &lane.queue).await {
+                Ok(Some(schema)) => {
+                    bump(&self.counts.fetch_statements, 1);
+                    self.claim(&schema, &lane, &owners).await
+                }
+                Ok(None) => Ok(Vec::new()),
+                Err(e) => Err(DbError::Core(e)),
+            };
+        }
+        match claimed {
+            Ok(jobs) => {
+                self.routes.remember(&lane.queue, &jobs);
+                let mut slots: Vec<Slot> = jobs.into_iter().map(|job| Ok(Some(job))).collect();
+                slots.resize_with(wanted, || Ok(None));
+                slots
+            }
+            Err(error) => {
+                let error = error.into_core();
+                (0..wanted).map(|_| Err(error.clone())).collect()
+            }
+        }
+    }
+
+    async fn claim(
+        &self,
+        schema: &str,
+        lane: &ClaimLane,
+        owners: &[Option<String>],
+    ) -> Result<Vec<Job>, DbError> {
+        let rows: Vec<JobRow> = sqlx::query_as(AssertSqlSafe(format!(
+            "SELECT * FROM {schema}.claim($1, $2, $3, $4)"
+        )))
+        .bind(&*lane.queue)
+        .bind(owners)
+        .bind(lane.visibility_ms)
+        .bind(lane.default_visibility_ms)
+        .fetch_all(&self.pool)
+        .await
+        .map_err(DbError::Sql)?;
+        jobs(rows).map_err(DbError::Core)
+    }
+
+    /// One statement for a group of single enqueues (`s3p.enqueue_batch`: all or none); when it
+    /// fails, each is stored on its own so that each gets its own answer.
+    async fn run_enqueues(&self, rows: Vec<Value>) -> Vec<Result<Job, CoreError>> {
+        if rows.len() > 1 {
+            bump(&self.counts.enqueue_statements, 1);
+            let stored: Result<Vec<JobRow>, sqlx::Error> =
+                sqlx::query_as("SELECT * FROM s3p.enqueue_batch($1)")
+                    .bind(Value::Array(rows.clone()))
+                    .fetch_all(&self.pool)
+                    .await;
+            if let Ok(Ok(stored)) = stored.map(jobs) {
+                let mut by_id: HashMap<Uuid, Job> =
+                    stored.into_iter().map(|job| (job.id, job)).collect();
+                let ids: Vec<Option<Uuid>> = rows.iter().map(row_id).collect();
+                if ids
+                    .iter()
+                    .all(|id| id.is_some_and(|id| by_id.contains_key(&id)))
+                {
+                    return ids
+                        .into_iter()
+                        .map(|id| {
+                            id.and_then(|id| by_id.remove(&id)).ok_or_else(|| {
+                                CoreError::new(ErrorKind::Backend, "enqueue got no outcome")
+                            })
+                        })
+                        .collect();
+                }
+            }
+        }
+        let mut outcomes = Vec::with_capacity(rows.len());
+        for row in rows {
+            bump(&self.counts.enqueue_statements, 1);
+            outcomes.push(enqueue_one(&self.pool, &row).await);
+        }
+        outcomes
+    }
+}
+
+fn row_id(row: &Value) -> Option<Uuid> {
+    row.get("id")?.as_str()?.parse().ok()
+}
+
+/// `s3p.enqueue` of one job.
+pub async fn enqueue_one(pool: &PgPool, row: &Value) -> Result<Job, CoreError> {
+    let rows: Vec<JobRow> = sqlx::query_as("SELECT * FROM s3p.enqueue($1)")
+        .bind(row)
+        .fetch_all(pool)
+        .await
+        .map_err(map_db_error)?;
+    rows.into_iter()
+        .next()
+        .map(Job::try_from)
+        .unwrap_or_else(|| {
+            Err(CoreError::new(
+                ErrorKind::Backend,
+                format!("enqueue of {:?} returned no job", row_id(row)),
+            ))
+        })
+}
+
+/// A database error kept whole until it is known whether it means a stale hint.
+enum DbError {
+    Sql(sqlx::Error),
+    Core(CoreError),
+}
+
+impl DbError {
+    fn is_stale(&self) -> bool {
+        matches!(self, DbError::Sql(e) if is_stale(e))
+    }
+
+    fn into_core(self) -> CoreError {
+        match self {
+            DbError::Sql(e) => map_db_error(e),
+            DbError::Core(e) => e,
+        }
+    }
+}
