@@ -209,15 +209,15 @@ BEGIN
                worker_id = owners[s.slot]
           FROM slots s
          WHERE j.id = s.id
-        RETURNING j AS job, s.slot
+        RETURNING j.*
     ), recorded AS (
         INSERT INTO s3p.events (type, job_id, queue, job_type, state, attempt, extra)
-        SELECT 'job.started', (c.job).id, (c.job).queue, (c.job).type, (c.job).state, (c.job).attempt,
-               jsonb_build_object('worker_id', (c.job).worker_id)
+        SELECT 'job.started', c.id, c.queue, c.type, c.state, c.attempt, jsonb_build_object('worker_id', c.worker_id)
           FROM claimed c
-         ORDER BY c.slot
+         ORDER BY c.priority DESC, c.run_at, c.seq
     )
-    SELECT (c.job).* FROM claimed c ORDER BY c.slot;
+    -- The slots' order: the claim leaves priority, run_at and seq as they were.
+    SELECT * FROM claimed ORDER BY priority DESC, run_at, seq;
 END
 $fn$;
 

@@ -26,10 +26,10 @@ struct Waiting<I, O> {
     reply: oneshot::Sender<Vec<O>>,
 }
 
-/// The callers queued in one lane, and whether its task is running.
+/// The callers queued in one lane, and how many of its tasks are running.
 struct Lane<I, O> {
     waiting: Vec<Waiting<I, O>>,
-    running: bool,
+    running: usize,
 }
 
 /// Merges concurrent requests per key into one statement.
@@ -38,6 +38,8 @@ pub struct Coalescer<K, I, O> {
     runner: Runner<K, I, O>,
     /// Most items one statement takes; callers beyond it go in the next one.
     max_items: usize,
+    /// Most statements of one lane in flight at once.
+    max_running: usize,
 }
 
 impl<K, I, O> Coalescer<K, I, O>
@@ -46,12 +48,14 @@ where
     I: Send + 'static,
     O: Send + 'static,
 {
-    /// A coalescer whose groups `runner` executes, at most `max_items` items per statement.
-    pub fn new(max_items: usize, runner: Runner<K, I, O>) -> Arc<Self> {
+    /// A coalescer whose groups `runner` executes, at most `max_items` items per statement and
+    /// `max_running` statements per lane at once (a request finding fewer in flight goes at once).
+    pub fn new(max_items: usize, max_running: usize, runner: Runner<K, I, O>) -> Arc<Self> {
         Arc::new(Coalescer {
             lanes: Mutex::new(HashMap::new()),
             runner,
             max_items: max_items.max(1),
+            max_running: max_running.max(1),
         })
     }
 
@@ -63,10 +67,14 @@ where
             let mut lanes = self.lanes.lock().unwrap_or_else(|p| p.into_inner());
             let lane = lanes.entry(key.clone()).or_insert_with(|| Lane {
                 waiting: Vec::new(),
-                running: false,
+                running: 0,
             });
             lane.waiting.push(Waiting { items, reply });
-            !std::mem::replace(&mut lane.running, true)
+            let start = lane.running < self.max_running;
+            if start {
+                lane.running += 1;
+            }
+            start
         };
         if start {
             let this = Arc::clone(self);
@@ -94,7 +102,10 @@ where
                     return;
                 };
                 if lane.waiting.is_empty() {
-                    lanes.remove(&key);
+                    lane.running -= 1;
+                    if lane.running == 0 {
+                        lanes.remove(&key);
+                    }
                     return;
                 }
                 // Whole callers only; the first always goes even when it alone is over the limit.
@@ -174,7 +185,7 @@ mod tests {
     async fn a_lone_request_goes_at_once_and_later_ones_join_the_next_group() {
         let groups = Arc::new(StdMutex::new(Vec::new()));
         let gate = Arc::new(Semaphore::new(0));
-        let coalescer = Coalescer::new(100, doubling(Arc::clone(&groups), Arc::clone(&gate)));
+        let coalescer = Coalescer::new(100, 1, doubling(Arc::clone(&groups), Arc::clone(&gate)));
 
         let first = tokio::spawn({
             let c = Arc::clone(&coalescer);
@@ -215,7 +226,7 @@ mod tests {
     async fn lanes_run_apart_and_a_group_never_passes_the_limit() {
         let groups = Arc::new(StdMutex::new(Vec::new()));
         let gate = Arc::new(Semaphore::new(100));
-        let coalescer = Coalescer::new(3, doubling(Arc::clone(&groups), gate));
+        let coalescer = Coalescer::new(3, 1, doubling(Arc::clone(&groups), gate));
         let calls: Vec<_> = (0..6u32)
             .map(|n| {
                 let c = Arc::clone(&coalescer);

@@ -18,6 +18,10 @@ use crate::core::{CoreError, ErrorKind, Job};
 /// Most items one grouped statement takes.
 const MAX_GROUP: usize = 1000;
 
+/// Statements of one lane in flight at once: a second lets the database work while the first
+/// waits for its commit to reach the disk; further requests wait and share the next one.
+const LANE_STATEMENTS: usize = 2;
+
 /// One ack: job id, lease token (none = any lease), result.
 pub type AckItem = (Uuid, Option<Uuid>, Option<Value>);
 
@@ -114,9 +118,9 @@ impl Grouped {
             });
         Grouped {
             shared,
-            acks: Coalescer::new(MAX_GROUP, acks),
-            claims: Coalescer::new(MAX_GROUP, claims),
-            enqueues: Coalescer::new(MAX_GROUP, enqueues),
+            acks: Coalescer::new(MAX_GROUP, LANE_STATEMENTS, acks),
+            claims: Coalescer::new(MAX_GROUP, LANE_STATEMENTS, claims),
+            enqueues: Coalescer::new(MAX_GROUP, LANE_STATEMENTS, enqueues),
         }
     }
 

@@ -158,6 +158,10 @@ impl Args {
     }
 }
 
+/// glibc malloc spent more CPU per request than any one part of the server; mimalloc does not.
+#[global_allocator]
+static ALLOCATOR: mimalloc::MiMalloc = mimalloc::MiMalloc;
+
 fn main() -> ExitCode {
     STARTED.get_or_init(Instant::now);
     let args = Args::parse();
