@@ -166,14 +166,27 @@ LANGUAGE plpgsql AS $$
 DECLARE
     job          jsonb;
     part         record;
-    queue_schema text;
-    clash        uuid;
+    first_pass   record;
 BEGIN
-    IF EXISTS (SELECT 1 FROM jsonb_array_elements(jobs) AS e(value)
-                WHERE e.value ? 'rate_limit_per_second' OR e.value->>'unique_key' IS NOT NULL) THEN
+    -- One pass over the array says whether any job needs the single path and whether all share
+    -- a queue (the usual batch), which then goes as it is, without regrouping.
+    SELECT bool_or(e.value ? 'rate_limit_per_second' OR e.value->>'unique_key' IS NOT NULL) AS per_job,
+           min(e.value->>'queue') AS first_queue, max(e.value->>'queue') AS last_queue,
+           array_agg((e.value->>'id')::uuid ORDER BY e.ord) AS ids,
+           bool_or(e.value->>'state' IS DISTINCT FROM 'pending'
+                   AND (e.value->>'scheduled_at' IS NULL
+                        OR (e.value->>'scheduled_at')::timestamptz <= now())) AS any_available
+      INTO first_pass
+      FROM jsonb_array_elements(jobs) WITH ORDINALITY AS e(value, ord);
+    IF first_pass.per_job THEN
         FOR job IN SELECT value FROM jsonb_array_elements(jobs) WITH ORDINALITY ORDER BY ordinality LOOP
             RETURN QUERY SELECT * FROM s3p.enqueue(job);
         END LOOP;
+        RETURN;
+    END IF;
+    IF first_pass.first_queue = first_pass.last_queue THEN
+        RETURN QUERY SELECT * FROM s3p.enqueue_part(first_pass.first_queue, jobs, first_pass.ids,
+                                                    first_pass.any_available);
         RETURN;
     END IF;
     FOR part IN
@@ -187,28 +200,40 @@ BEGIN
          GROUP BY e.value->>'queue'
          ORDER BY min(e.ord)
     LOOP
-        queue_schema := s3p.ensure_queue_schema(part.queue);
-        SELECT i.id INTO clash FROM unnest(part.ids) AS i(id) GROUP BY i.id HAVING count(*) > 1 LIMIT 1;
-        IF clash IS NULL THEN
-            WITH indexed AS (
-                INSERT INTO s3p.job_index (id, queue)
-                SELECT i.id, part.queue FROM unnest(part.ids) AS i(id)
-                ON CONFLICT (id) DO NOTHING
-                RETURNING id
-            )
-            SELECT i.id INTO clash FROM unnest(part.ids) AS i(id)
-             WHERE i.id NOT IN (SELECT id FROM indexed) LIMIT 1;
-        END IF;
-        IF clash IS NOT NULL THEN
-            RAISE EXCEPTION 'a job with id % already exists', clash
-                USING ERRCODE = 'PV411', DETAIL = clash::text;
-        END IF;
-        PERFORM s3p.check_job_quota(part.queue, queue_schema, cardinality(part.ids));
-        RETURN QUERY EXECUTE format('SELECT * FROM %I.enqueue_many($1)', queue_schema) USING part.rows;
-        IF part.any_available THEN
-            PERFORM pg_notify('s3p_jobs', part.queue);
-        END IF;
+        RETURN QUERY SELECT * FROM s3p.enqueue_part(part.queue, part.rows, part.ids, part.any_available);
     END LOOP;
+END
+$$;
+
+-- Stores the jobs of one queue of a batch: their ids reserved in s3p.job_index (all or none),
+-- the quota checked, the jobs and events stored by the queue's enqueue_many, one NOTIFY.
+CREATE OR REPLACE FUNCTION s3p.enqueue_part(queue text, part_jobs jsonb, ids uuid[], any_available boolean)
+RETURNS SETOF s3p.job
+LANGUAGE plpgsql AS $$
+DECLARE
+    queue_schema text := s3p.ensure_queue_schema(queue);
+    clash        uuid;
+BEGIN
+    SELECT i.id INTO clash FROM unnest(ids) AS i(id) GROUP BY i.id HAVING count(*) > 1 LIMIT 1;
+    IF clash IS NULL THEN
+        WITH indexed AS (
+            INSERT INTO s3p.job_index (id, queue)
+            SELECT i.id, enqueue_part.queue FROM unnest(ids) AS i(id)
+            ON CONFLICT (id) DO NOTHING
+            RETURNING id
+        )
+        SELECT i.id INTO clash FROM unnest(ids) AS i(id)
+         WHERE i.id NOT IN (SELECT id FROM indexed) LIMIT 1;
+    END IF;
+    IF clash IS NOT NULL THEN
+        RAISE EXCEPTION 'a job with id % already exists', clash
+            USING ERRCODE = 'PV411', DETAIL = clash::text;
+    END IF;
+    PERFORM s3p.check_job_quota(queue, queue_schema, cardinality(ids));
+    RETURN QUERY EXECUTE format('SELECT * FROM %I.enqueue_many($1)', queue_schema) USING part_jobs;
+    IF any_available THEN
+        PERFORM pg_notify('s3p_jobs', queue);
+    END IF;
 END
 $$;
 

@@ -51,31 +51,37 @@ END
 $fn$;
 
 -- Stores new jobs (a JSON array of s3p.job fields) and their events in one statement, in the
--- order given; each state follows from `pending` and `scheduled_at`. JSON rather than an array of
--- rows: expanding an array of wide rows into columns costs more than the insert itself.
+-- order given; each state follows from `pending` and `scheduled_at`. The array becomes rows in
+-- one pass (jsonb_populate_recordset); the fields the queue sets are computed beside them.
 DROP FUNCTION IF EXISTS __SCHEMA__.enqueue_many(s3p.job[]);
 CREATE OR REPLACE FUNCTION __SCHEMA__.enqueue_many(new_jobs jsonb) RETURNS SETOF s3p.job
 LANGUAGE plpgsql AS $fn$
 BEGIN
     RETURN QUERY
     WITH given AS (
-        SELECT e.value AS job, e.ord, (e.value->>'scheduled_at')::timestamptz AS scheduled,
-               CASE WHEN e.value->>'state' = 'pending' THEN 'pending'
-                    WHEN (e.value->>'scheduled_at')::timestamptz > now() THEN 'scheduled'
-                    ELSE 'available' END AS state
-          FROM jsonb_array_elements(new_jobs) WITH ORDINALITY AS e(value, ord)
-    ), prepared AS (
-        SELECT g.ord, g.job || jsonb_build_object(
-                   'created_at', now(), 'attempt', 0, 'state', g.state,
-                   'run_at', CASE g.state WHEN 'available' THEN now() ELSE coalesce(g.scheduled, now()) END,
-                   'enqueued_at', CASE g.state WHEN 'available' THEN now() END,
-                   'seq', nextval('__SCHEMA__.job_seq')) AS job
-          FROM given g
-         ORDER BY g.ord
+        SELECT r.*, CASE WHEN r.state = 'pending' THEN 'pending'
+                         WHEN r.scheduled_at > now() THEN 'scheduled'
+                         ELSE 'available' END AS initial
+          FROM jsonb_populate_recordset(NULL::s3p.job, new_jobs) WITH ORDINALITY AS r
     ), inserted AS (
-        INSERT INTO __SCHEMA__.jobs
-        SELECT r.* FROM prepared p, LATERAL jsonb_populate_record(NULL::s3p.job, p.job) AS r
-         ORDER BY p.ord
+        INSERT INTO __SCHEMA__.jobs (
+            id, queue, type, args, meta, extra, state, previous_state, priority, attempt,
+            max_attempts, timeout_ms, visibility_timeout_ms, retry, uniq, tags, created_at,
+            enqueued_at, scheduled_at, expires_at, started_at, completed_at, cancelled_at,
+            run_at, lease_token, lease_expires_at, worker_id, result, error, errors,
+            retry_delay_ms, seq, unique_key, workflow_id, parent_results)
+        -- nextval runs after the sort, so seq follows the order given.
+        SELECT
+            g.id, g.queue, g.type, g.args, g.meta, g.extra, g.initial, g.previous_state,
+            g.priority, 0, g.max_attempts, g.timeout_ms, g.visibility_timeout_ms, g.retry,
+            g.uniq, g.tags, now(), CASE g.initial WHEN 'available' THEN now() END,
+            g.scheduled_at, g.expires_at, g.started_at, g.completed_at, g.cancelled_at,
+            CASE g.initial WHEN 'available' THEN now() ELSE coalesce(g.scheduled_at, now()) END,
+            g.lease_token, g.lease_expires_at, g.worker_id, g.result, g.error, g.errors,
+            g.retry_delay_ms, nextval('__SCHEMA__.job_seq'), g.unique_key, g.workflow_id,
+            g.parent_results
+          FROM given g
+         ORDER BY g.ordinality
         RETURNING *
     ), recorded AS (
         INSERT INTO s3p.events (type, job_id, queue, job_type, state, attempt, extra)
