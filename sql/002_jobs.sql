@@ -212,20 +212,24 @@ RETURNS SETOF s3p.job
 LANGUAGE plpgsql AS $$
 DECLARE
     queue_schema text := s3p.ensure_queue_schema(queue);
+    inserted     uuid[];
     clash        uuid;
 BEGIN
-    SELECT i.id INTO clash FROM unnest(ids) AS i(id) GROUP BY i.id HAVING count(*) > 1 LIMIT 1;
-    IF clash IS NULL THEN
-        WITH indexed AS (
-            INSERT INTO s3p.job_index (id, queue)
-            SELECT i.id, enqueue_part.queue FROM unnest(ids) AS i(id)
-            ON CONFLICT (id) DO NOTHING
-            RETURNING id
-        )
-        SELECT i.id INTO clash FROM unnest(ids) AS i(id)
-         WHERE i.id NOT IN (SELECT id FROM indexed) LIMIT 1;
-    END IF;
-    IF clash IS NOT NULL THEN
+    -- An id given twice, or already stored, leaves fewer rows indexed than ids given; only then
+    -- is the culprit looked for (the error rolls the statement back anyway).
+    WITH indexed AS (
+        INSERT INTO s3p.job_index (id, queue)
+        SELECT i.id, enqueue_part.queue FROM unnest(ids) AS i(id)
+        ON CONFLICT (id) DO NOTHING
+        RETURNING id
+    )
+    SELECT array_agg(x.id) INTO inserted FROM indexed x;
+    IF coalesce(cardinality(inserted), 0) < cardinality(ids) THEN
+        SELECT i.id INTO clash FROM unnest(ids) AS i(id) GROUP BY i.id HAVING count(*) > 1 LIMIT 1;
+        IF clash IS NULL THEN
+            SELECT i.id INTO clash FROM unnest(ids) AS i(id)
+             WHERE i.id <> ALL (coalesce(inserted, '{}')) LIMIT 1;
+        END IF;
         RAISE EXCEPTION 'a job with id % already exists', clash
             USING ERRCODE = 'PV411', DETAIL = clash::text;
     END IF;

@@ -2,7 +2,7 @@
 
 use serde_json::json;
 
-/// What a figure is held against (issue 8's targets).
+/// What a figure is held against (issue 13's targets).
 #[derive(Debug, Clone, Copy)]
 pub enum Target {
     /// The value is at least this.
