@@ -900,6 +900,60 @@ async fn exactly_one_maintenance_pass_runs_at_a_time() {
 // ---------------------------------------------------------------------------------------------
 // Drop and re-create
 
+/// A gateway's cached routes (queue → schema, job → queue) stay right when another gateway drops
+/// the queue and creates it again: a fetch finds the new life's jobs (and nothing once it is gone),
+/// an ack of a first-life job is not found, and an ack at a gateway that did not hand out the lease
+/// completes the job.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn routes_cached_by_one_gateway_follow_another_gateways_drop_and_create() {
+    let (database, url) = common::fresh_database().await;
+    let a = common::spawn_app_on(&database, &url, |_| {}).await;
+    let b = common::spawn_app_on(&database, &url, |_| {}).await;
+    let (ha, hb) = (Http::new(&a), Http::new(&b));
+    let q = "rebirth";
+
+    // A claims through its prepared statements and remembers the job's queue.
+    let first = ha.enqueue(q, "life.one").await;
+    ha.enqueue(q, "life.one.more").await;
+    let claimed = ha.fetch(q, 1).await;
+    assert_eq!(claimed[0]["id"], first.as_str());
+    let first_lease = claimed[0]["lease_token"].clone();
+
+    // B drops the queue: A's next fetch finds nothing, and A's ack of the first life's job finds
+    // no job.
+    let (status, answer) = hb.delete(&format!("/ojs/v1/queues/{q}")).await;
+    assert_eq!(status, StatusCode::OK, "{answer}");
+    assert!(
+        ha.fetch(q, 5).await.is_empty(),
+        "a dropped queue has no work"
+    );
+    let (status, answer) = ha
+        .post(
+            "/ojs/v1/workers/ack",
+            json!({"job_id": first, "lease_token": first_lease}),
+        )
+        .await;
+    assert_eq!(status, StatusCode::NOT_FOUND, "{answer}");
+    assert_eq!(answer["error"]["code"], "not_found");
+
+    // B creates it again by enqueueing: A fetches the second life's job through the same
+    // statement names, and B completes what A claimed.
+    let second = hb.enqueue(q, "life.two").await;
+    let claimed = ha.fetch(q, 5).await;
+    let ids: Vec<&str> = claimed.iter().filter_map(|j| j["id"].as_str()).collect();
+    assert_eq!(ids, vec![second.as_str()], "only the second life's job");
+    let acked = hb
+        .ok_post(
+            "/ojs/v1/workers/ack",
+            json!({"job_id": second, "lease_token": claimed[0]["lease_token"]}),
+        )
+        .await;
+    assert_eq!(acked["state"], "completed", "{acked}");
+    assert_eq!(ha.state(&second).await, "completed");
+    a.stop().await;
+    b.stop().await;
+}
+
 /// A queue created, filled (jobs in several states, stream events, consumers, a dead letter,
 /// config, pause), dropped and re-created has no trace of its first life.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
