@@ -423,8 +423,10 @@ LANGUAGE sql STABLE AS $$
       FROM s3p.queues q WHERE queue IS NULL OR q.name = queue
 $$;
 
--- A page of dead letters across queues (or of one queue), newest first.
-CREATE OR REPLACE FUNCTION s3p.dead_letters(queue text, max int, skip int) RETURNS SETOF s3p.job
+-- A page of dead letters across queues (or of one queue), newest first. `skip` is a bigint: a
+-- client's offset may be anything a page cursor can say.
+DROP FUNCTION IF EXISTS s3p.dead_letters(text, int, int);
+CREATE OR REPLACE FUNCTION s3p.dead_letters(queue text, max int, skip bigint) RETURNS SETOF s3p.job
 LANGUAGE plpgsql STABLE AS $$
 DECLARE
     source text := s3p.dead_letter_source(queue);

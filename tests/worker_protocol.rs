@@ -1809,3 +1809,27 @@ async fn concurrent_acks_share_transactions_and_keep_their_outcomes() {
     );
     app.stop().await;
 }
+
+/// A dead-letter page far past the end is empty over both protocols: an offset (or cursor) beyond
+/// 32 bits reaches SQL whole instead of wrapping around (2^32 once read as page 0) or failing.
+#[tokio::test]
+async fn dead_letter_pages_far_past_the_end_are_empty() {
+    let app = common::spawn_app().await;
+    let http = Http::new(&app);
+    let id = http.make_dead_letter("far").await;
+    assert_eq!(page_ids(&http.dead_letters("?queue=far").await), vec![id]);
+    for offset in ["2147483648", "4294967296", "9223372036854775807"] {
+        let page = http
+            .dead_letters(&format!("?queue=far&offset={offset}"))
+            .await;
+        assert!(page_ids(&page).is_empty(), "offset {offset}: {page}");
+        assert_eq!(page["pagination"]["total"], 1, "offset {offset}: {page}");
+    }
+    let mut grpc = app.grpc().await;
+    for cursor in ["2147483648", "4294967296"] {
+        let page = grpc_dead_letters(&mut grpc, "far", 10, cursor).await;
+        assert!(page.jobs.is_empty(), "cursor {cursor}: {page:?}");
+        assert_eq!(page.total_count, 1);
+    }
+    app.stop().await;
+}

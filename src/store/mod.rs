@@ -498,10 +498,14 @@ impl Store {
         limit: i64,
         offset: i64,
     ) -> Result<(Vec<Job>, i64), CoreError> {
+        // The core bounds the limit (1..=200); the offset goes to SQL whole, never cut to 32 bits.
+        let limit = i32::try_from(limit).map_err(|_| {
+            CoreError::invalid(format!("limit must be between 1 and 200, not {limit}"))
+        })?;
         let rows = sqlx::query_as("SELECT * FROM s3p.dead_letters($1, $2, $3)")
             .bind(queue)
-            .bind(limit as i32)
-            .bind(offset as i32)
+            .bind(limit)
+            .bind(offset)
             .fetch_all(&self.pool)
             .await
             .map_err(map_db_error)?;
