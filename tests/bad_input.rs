@@ -840,3 +840,87 @@ async fn grpc_ack_of_an_available_job_is_a_conflict() {
         .expect_err("ack of an available job");
     assert_status(&status, Code::FailedPrecondition, "conflict");
 }
+
+/// Lease lengths are bounded (1 ms .. 7 days) on enqueue, fetch and heartbeat over both
+/// protocols: a larger one is refused with 400 / INVALID_ARGUMENT and nothing is stored, so a
+/// lease end that does not fit a timestamp can never make the queue's claims fail.
+#[tokio::test]
+async fn lease_lengths_past_seven_days_are_refused_over_both_protocols() {
+    const HUGE: i64 = 9_000_000_000_000_000_000;
+    const JUST_OVER: i64 = 7 * 24 * 3600 * 1000 + 1;
+    let app = common::spawn_app().await;
+    for ms in [JUST_OVER, HUGE] {
+        for field in ["visibility_timeout_ms", "timeout_ms"] {
+            let body = json!({"type": "lease.job", "args": [],
+                              "options": {"queue": "leases", field: ms}});
+            let error = assert_enqueue_rejected(&app, body, 400, "invalid_request").await;
+            assert_eq!(error["details"]["field"], field, "{error}");
+        }
+    }
+    // The bound itself is accepted, and the queue's claims keep working.
+    let job = enqueue_ok(
+        &app,
+        &json!({"type": "lease.job", "args": [],
+                "options": {"queue": "leases", "visibility_timeout_ms": 7 * 24 * 3600 * 1000}}),
+    )
+    .await;
+    for ms in [JUST_OVER, HUGE] {
+        post_json(
+            &app,
+            "/ojs/v1/workers/fetch",
+            &json!({"queues": ["leases"], "visibility_timeout_ms": ms}),
+        )
+        .await
+        .expect_error(400, "invalid_request");
+    }
+    let claimed = fetch_one(&app, "leases").await;
+    assert_eq!(claimed["id"], job["id"]);
+    post_json(
+        &app,
+        "/ojs/v1/workers/heartbeat",
+        &json!({"worker_id": "w", "job_id": claimed["id"], "visibility_timeout_ms": HUGE}),
+    )
+    .await
+    .expect_error(400, "invalid_request");
+
+    let mut client = app.grpc().await;
+    let status = client
+        .enqueue(pb::EnqueueRequest {
+            options: Some(pb::EnqueueOptions {
+                queue: "leases".into(),
+                visibility_timeout_ms: HUGE,
+                ..Default::default()
+            }),
+            ..grpc_job("lease.job")
+        })
+        .await
+        .expect_err("a huge lease is refused");
+    assert_status(&status, Code::InvalidArgument, "invalid_request");
+    let status = client
+        .fetch(pb::FetchRequest {
+            queues: vec!["leases".to_string()],
+            count: 1,
+            visibility_timeout_ms: HUGE,
+            ..Default::default()
+        })
+        .await
+        .expect_err("a huge lease is refused");
+    assert_status(&status, Code::InvalidArgument, "invalid_request");
+    let status = client
+        .heartbeat(pb::HeartbeatRequest {
+            worker_id: "w".into(),
+            job_ids: vec![claimed["id"].as_str().expect("id").to_string()],
+            visibility_timeout_ms: HUGE,
+            ..Default::default()
+        })
+        .await
+        .expect_err("a huge lease is refused");
+    assert_status(&status, Code::InvalidArgument, "invalid_request");
+    // Nothing refused was stored: the one accepted job is the only one.
+    let stats = get(&app, "/ojs/v1/queues/leases/stats")
+        .await
+        .expect_ok(200)
+        .clone();
+    assert_eq!(stats["queue"]["active"], 1, "{stats}");
+    assert_eq!(stats["queue"]["available"], 0, "{stats}");
+}

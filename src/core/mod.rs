@@ -282,14 +282,14 @@ impl Service {
             ))
             .with_detail("field", "count".into()));
         }
-        if let Some(ms) = request.visibility_timeout_ms
-            && ms <= 0
-        {
-            return Err(CoreError::invalid(format!(
-                "visibility_timeout_ms must be positive, not {ms}"
-            ))
-            .with_detail("field", "visibility_timeout_ms".into()));
-        }
+        validate::lease_ms(
+            "visibility_timeout_ms",
+            request.visibility_timeout_ms,
+            |ms| {
+                CoreError::invalid(format!("visibility_timeout_ms must be positive, not {ms}"))
+                    .with_detail("field", "visibility_timeout_ms".into())
+            },
+        )?;
         let wait_ms = request.wait_ms.unwrap_or(0);
         if !(0..=s.max_fetch_wait_ms).contains(&wait_ms) {
             return Err(CoreError::invalid(format!(
@@ -427,13 +427,11 @@ impl Service {
             return Err(CoreError::invalid("lease_token applies to a single job_id"));
         }
         let token = validate::parse_lease_token(request.lease_token.as_deref())?;
-        if let Some(ms) = request.visibility_timeout_ms
-            && ms <= 0
-        {
-            return Err(CoreError::invalid(format!(
-                "visibility_timeout_ms must be positive, not {ms}"
-            )));
-        }
+        validate::lease_ms(
+            "visibility_timeout_ms",
+            request.visibility_timeout_ms,
+            |ms| CoreError::invalid(format!("visibility_timeout_ms must be positive, not {ms}")),
+        )?;
         let extended = if ids.is_empty() {
             Vec::new()
         } else {

@@ -138,14 +138,33 @@ fn parse_instant(field: &str, text: &str, now: DateTime<Utc>) -> Result<DateTime
     })
 }
 
-fn positive_ms(field: &str, value: Option<i64>) -> Result<Option<i64>, CoreError> {
+/// Longest lease a client may ask for (`visibility_timeout_ms`, `timeout_ms`): 7 days. Beyond
+/// some such bound the lease's end no longer fits a timestamp and every claim of the queue fails.
+pub const MAX_LEASE_MS: i64 = 7 * 24 * 3600 * 1000;
+
+/// A lease length a client sent: positive (else `negative`, the caller's error for it) and at most
+/// `MAX_LEASE_MS` (else 400 invalid_request naming the field).
+pub fn lease_ms(
+    field: &str,
+    value: Option<i64>,
+    negative: impl FnOnce(i64) -> CoreError,
+) -> Result<Option<i64>, CoreError> {
     match value {
-        Some(ms) if ms <= 0 => Err(CoreError::validation(
-            field,
-            format!("{field} must be a positive number of milliseconds, not {ms}"),
-        )),
+        Some(ms) if ms <= 0 => Err(negative(ms)),
+        Some(ms) if ms > MAX_LEASE_MS => Err(CoreError::invalid(format!(
+            "{field} must be at most {MAX_LEASE_MS} ms (7 days), not {ms}"
+        ))
+        .with_detail("field", field.into())),
         other => Ok(other),
     }
+}
+
+/// The validation error of a job option that must be a positive number of milliseconds.
+fn not_positive(field: &str, ms: i64) -> CoreError {
+    CoreError::validation(
+        field,
+        format!("{field} must be a positive number of milliseconds, not {ms}"),
+    )
 }
 
 /// A duration given as ISO-8601 text under `name` or as integer ms under `name_ms`.
@@ -501,9 +520,14 @@ pub fn new_job_row(job: &EnqueueJob, now: DateTime<Utc>) -> Result<Value, CoreEr
         ))
         .with_detail("field", "priority".into()));
     }
-    let timeout_ms = positive_ms("timeout_ms", options.timeout_ms)?;
-    let visibility_timeout_ms =
-        positive_ms("visibility_timeout_ms", options.visibility_timeout_ms)?;
+    let timeout_ms = lease_ms("timeout_ms", options.timeout_ms, |ms| {
+        not_positive("timeout_ms", ms)
+    })?;
+    let visibility_timeout_ms = lease_ms(
+        "visibility_timeout_ms",
+        options.visibility_timeout_ms,
+        |ms| not_positive("visibility_timeout_ms", ms),
+    )?;
     let scheduled_at = options
         .scheduled_at
         .as_deref()
