@@ -1,4 +1,5 @@
-//! sqlx → PL/pgSQL: every operation is one call of an `s3p` function; SQLSTATEs become core errors.
+//! sqlx → PL/pgSQL: every operation is one SQL function call (`s3p`, or the queue's own
+//! `s3q_<q>` on the grouped hot path); SQLSTATEs become core errors.
 
 mod coalesce;
 mod grouped;
