@@ -1,10 +1,11 @@
 //! Group commit across clients: requests of one kind that arrive while a statement of that kind
 //! is in flight wait and then go together, as one statement in one transaction.
 //!
-//! No timer: a lone request starts at once; only requests that would otherwise queue behind a
-//! running statement are merged. Each lane (a key, e.g. a queue) runs one statement at a time in
-//! a task of its own, so a caller that goes away cannot strand the others. Every caller gets its
-//! own outcomes, and only after the statement that produced them committed.
+//! No timer: a lone request starts at once; only requests that would otherwise queue behind the
+//! running statements are merged. Each lane (a key, e.g. a queue) runs at most `max_running`
+//! statements at a time, each in a task of its own, so a caller that goes away cannot strand the
+//! others. Every caller gets its own outcomes, and only after the statement that produced them
+//! committed.
 
 use std::collections::HashMap;
 use std::future::Future;

@@ -75,8 +75,8 @@ struct Counts {
     enqueue_statements: std::sync::atomic::AtomicU64,
 }
 
-fn bump(counter: &std::sync::atomic::AtomicU64, by: usize) {
-    counter.fetch_add(by as u64, std::sync::atomic::Ordering::Relaxed);
+fn bump(counter: &std::sync::atomic::AtomicU64) {
+    counter.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
 }
 
 fn read(counter: &std::sync::atomic::AtomicU64) -> u64 {
@@ -145,17 +145,26 @@ impl Grouped {
     /// Completes jobs; one outcome per ack, in order, each exactly what a single ack of it
     /// answers. Acks of jobs this gateway claimed go to their queue's schema, grouped per queue.
     pub async fn ack(&self, items: Vec<AckItem>) -> Result<Vec<Result<Job, CoreError>>, CoreError> {
-        bump(&self.shared.counts.ack_requests, 1);
+        bump(&self.shared.counts.ack_requests);
+        // Items by the queue their job is remembered in, then each queue's schema looked up once.
         let routes = &self.shared.routes;
-        let mut lanes: Vec<(AckLane, Vec<usize>)> = Vec::new();
+        let mut by_queue: Vec<(Option<Arc<str>>, Vec<usize>)> = Vec::new();
         for (i, (id, _, _)) in items.iter().enumerate() {
-            let lane = match routes.queue_of(id) {
+            let queue = routes.queue_of(id);
+            match by_queue.iter_mut().find(|(q, _)| *q == queue) {
+                Some((_, at)) => at.push(i),
+                None => by_queue.push((queue, vec![i])),
+            }
+        }
+        let mut lanes: Vec<(AckLane, Vec<usize>)> = Vec::with_capacity(by_queue.len());
+        for (queue, at) in by_queue {
+            let lane = match queue {
                 Some(queue) => routes.schema(&self.shared.pool, &queue).await?,
                 None => None,
             };
             match lanes.iter_mut().find(|(l, _)| *l == lane) {
-                Some((_, at)) => at.push(i),
-                None => lanes.push((lane, vec![i])),
+                Some((_, all)) => all.extend(at),
+                None => lanes.push((lane, at)),
             }
         }
         let mut items: Vec<Option<AckItem>> = items.into_iter().map(Some).collect();
@@ -190,7 +199,7 @@ impl Grouped {
         let Some(schema) = self.shared.routes.schema(&self.shared.pool, queue).await? else {
             return Ok(Vec::new());
         };
-        bump(&self.shared.counts.fetch_requests, 1);
+        bump(&self.shared.counts.fetch_requests);
         let lane = ClaimLane {
             queue: queue.into(),
             schema,
@@ -211,7 +220,7 @@ impl Grouped {
     /// Stores one job (no unique key, no rate-limit setting), grouped with concurrent single
     /// enqueues to the same queue.
     pub async fn enqueue(&self, queue: &str, row: Value) -> Result<Job, CoreError> {
-        bump(&self.shared.counts.enqueue_requests, 1);
+        bump(&self.shared.counts.enqueue_requests);
         let mut outcome = self.enqueues.run(queue.to_string(), vec![row]).await?;
         outcome
             .pop()
@@ -234,13 +243,13 @@ impl Shared {
                 results.push(result.clone());
             }
         }
-        bump(&self.counts.ack_statements, 1);
+        bump(&self.counts.ack_statements);
         let mut grouped = self
             .ack_many(lane.as_deref(), &ids, &tokens, &results)
             .await;
         if lane.is_some() && grouped.as_ref().is_err_and(|e| e.is_stale()) {
             // The queue went away under the hint: the catalog path knows where each job is.
-            bump(&self.counts.ack_statements, 1);
+            bump(&self.counts.ack_statements);
             grouped = self.ack_many(None, &ids, &tokens, &results).await;
         }
         let mut completed: HashMap<Uuid, Job> = match grouped {
@@ -254,7 +263,7 @@ impl Shared {
             outcomes.push(match done {
                 Some(job) => Ok(job),
                 None => {
-                    bump(&self.counts.ack_statements, 1);
+                    bump(&self.counts.ack_statements);
                     self.ack_one(id, token, result.as_ref()).await
                 }
             });
@@ -309,14 +318,14 @@ impl Shared {
     /// the claimed jobs fill the slots in order.
     async fn run_claims(&self, lane: ClaimLane, owners: Vec<Option<String>>) -> Vec<Slot> {
         let wanted = owners.len();
-        bump(&self.counts.fetch_statements, 1);
+        bump(&self.counts.fetch_statements);
         let mut claimed = self.claim(&lane.schema, &lane, &owners).await;
         if claimed.as_ref().is_err_and(|e| e.is_stale()) {
             // Dropped (and maybe created again): ask the catalog once more.
             self.routes.forget(&lane.queue);
             claimed = match self.routes.schema(&self.pool, &lane.queue).await {
                 Ok(Some(schema)) => {
-                    bump(&self.counts.fetch_statements, 1);
+                    bump(&self.counts.fetch_statements);
                     self.claim(&schema, &lane, &owners).await
                 }
                 Ok(None) => Ok(Vec::new()),
@@ -357,37 +366,47 @@ impl Shared {
     }
 
     /// One statement for a group of single enqueues (`s3p.enqueue_batch`: all or none); when it
-    /// fails, each is stored on its own so that each gets its own answer.
+    /// fails, each is stored on its own so that each gets its own answer. Once the group's
+    /// statement has committed nothing is stored again.
     async fn run_enqueues(&self, rows: Vec<Value>) -> Vec<Result<Job, CoreError>> {
-        if rows.len() > 1 {
-            bump(&self.counts.enqueue_statements, 1);
+        let rows = if rows.len() > 1 {
+            bump(&self.counts.enqueue_statements);
+            let ids: Vec<Option<Uuid>> = rows.iter().map(row_id).collect();
+            let batch = Value::Array(rows);
             let stored: Result<Vec<JobRow>, sqlx::Error> =
                 sqlx::query_as("SELECT * FROM s3p.enqueue_batch($1)")
-                    .bind(Value::Array(rows.clone()))
+                    .bind(&batch)
                     .fetch_all(&self.pool)
                     .await;
-            if let Ok(Ok(stored)) = stored.map(jobs) {
-                let mut by_id: HashMap<Uuid, Job> =
-                    stored.into_iter().map(|job| (job.id, job)).collect();
-                let ids: Vec<Option<Uuid>> = rows.iter().map(row_id).collect();
-                if ids
-                    .iter()
-                    .all(|id| id.is_some_and(|id| by_id.contains_key(&id)))
-                {
-                    return ids
-                        .into_iter()
-                        .map(|id| {
-                            id.and_then(|id| by_id.remove(&id)).ok_or_else(|| {
-                                CoreError::new(ErrorKind::Backend, "enqueue got no outcome")
-                            })
-                        })
-                        .collect();
+            match stored {
+                // Plain jobs only (the store's rule), so every stored job has the id it was given.
+                Ok(stored) => {
+                    return match jobs(stored) {
+                        Ok(stored) => {
+                            let mut by_id: HashMap<Uuid, Job> =
+                                stored.into_iter().map(|job| (job.id, job)).collect();
+                            ids.into_iter()
+                                .map(|id| {
+                                    id.and_then(|id| by_id.remove(&id)).ok_or_else(|| {
+                                        CoreError::new(ErrorKind::Backend, "enqueue got no outcome")
+                                    })
+                                })
+                                .collect()
+                        }
+                        Err(error) => ids.iter().map(|_| Err(error.clone())).collect(),
+                    };
                 }
+                Err(_) => match batch {
+                    Value::Array(rows) => rows,
+                    _ => Vec::new(),
+                },
             }
-        }
+        } else {
+            rows
+        };
         let mut outcomes = Vec::with_capacity(rows.len());
         for row in rows {
-            bump(&self.counts.enqueue_statements, 1);
+            bump(&self.counts.enqueue_statements);
             outcomes.push(enqueue_one(&self.pool, &row).await);
         }
         outcomes
