@@ -1833,3 +1833,115 @@ async fn dead_letter_pages_far_past_the_end_are_empty() {
     }
     app.stop().await;
 }
+
+/// Single enqueues and fetches that arrive together, over both protocols, are grouped too and
+/// each still gets exactly its own answer: a group holding a duplicate id refuses only that
+/// enqueue, and jobs claimed by one grouped claim are split between the fetches, each job leased
+/// to the worker that fetched it.
+#[tokio::test]
+async fn concurrent_enqueues_and_fetches_are_grouped_with_exact_outcomes() {
+    let app = common::spawn_app().await;
+    let http = Http::new(&app);
+    let taken = id_of(
+        &http
+            .enqueue(json!({"type": "group.job", "args": [0], "options": {"queue": "grouped"}}))
+            .await,
+    );
+    // 30 new jobs (caller ids, half over gRPC) and 2 that reuse a stored id.
+    let mut ids: Vec<String> = (0..30).map(|_| uuid::Uuid::now_v7().to_string()).collect();
+    ids.push(taken.clone());
+    ids.push(taken.clone());
+    let (requests_before, statements_before) = grouped_counts(&http, "enqueue").await;
+    let grpc = app.grpc().await;
+    let answers = futures_util::future::join_all(ids.iter().enumerate().map(|(i, id)| {
+        let (http, mut grpc) = (&http, grpc.clone());
+        async move {
+            if i % 2 == 0 {
+                let (status, body) = http
+                    .post(
+                        "/ojs/v1/jobs",
+                        json!({"id": id, "type": "group.job", "args": [i],
+                               "options": {"queue": "grouped"}}),
+                    )
+                    .await;
+                match status {
+                    StatusCode::CREATED => Ok(id_of(&body["job"])),
+                    _ => Err(error_code(&body).to_string()),
+                }
+            } else {
+                grpc.enqueue(pb::EnqueueRequest {
+                    id: id.clone(),
+                    r#type: "group.job".into(),
+                    options: Some(pb::EnqueueOptions {
+                        queue: "grouped".into(),
+                        ..Default::default()
+                    }),
+                    ..Default::default()
+                })
+                .await
+                .map(|r| r.into_inner().job.expect("job").id)
+                .map_err(|status| grpc_code(&status))
+            }
+        }
+    }))
+    .await;
+    let (requests_after, statements_after) = grouped_counts(&http, "enqueue").await;
+    for (id, answer) in ids.iter().zip(&answers) {
+        if *id == taken {
+            assert_eq!(answer, &Err("duplicate".to_string()), "reused id {id}");
+        } else {
+            assert_eq!(answer, &Ok(id.clone()), "new job {id}");
+        }
+    }
+    // A refused group is stored again job by job, so the count of statements may reach the
+    // requests; never more than one group statement per request plus one per job.
+    assert_eq!(requests_after - requests_before, ids.len() as u64);
+    assert!(statements_after - statements_before <= 2 * ids.len() as u64);
+
+    // 8 fetches of 4 at once for 31 jobs: all distinct, all claimed, each for its fetcher.
+    let (requests_before, statements_before) = grouped_counts(&http, "fetch").await;
+    let fetched = futures_util::future::join_all((0..8).map(|w| {
+        let (http, mut grpc) = (&http, grpc.clone());
+        let worker = format!("w{w}");
+        async move {
+            let ids: Vec<String> = if w % 2 == 0 {
+                http.fetch(json!({"queues": ["grouped"], "count": 4, "worker_id": worker}))
+                    .await
+                    .iter()
+                    .map(id_of)
+                    .collect()
+            } else {
+                grpc_fetch(
+                    &mut grpc,
+                    pb::FetchRequest {
+                        queues: vec!["grouped".into()],
+                        count: 4,
+                        worker_id: worker.clone(),
+                        ..Default::default()
+                    },
+                )
+                .await
+                .into_iter()
+                .map(|j| j.id)
+                .collect()
+            };
+            (worker, ids)
+        }
+    }))
+    .await;
+    let (requests_after, statements_after) = grouped_counts(&http, "fetch").await;
+    let mut all = std::collections::HashSet::new();
+    for (worker, ids) in &fetched {
+        assert!(ids.len() <= 4, "{worker} got {ids:?}");
+        for id in ids {
+            assert!(all.insert(id.clone()), "{id} claimed twice");
+            let job = http.job(id).await;
+            assert_eq!(job["state"], "active");
+            assert_eq!(job["worker_id"], worker.as_str(), "lease of {id}");
+        }
+    }
+    assert_eq!(all.len(), 31, "every job claimed once");
+    assert_eq!(requests_after - requests_before, 8);
+    assert!(statements_after - statements_before <= 8);
+    app.stop().await;
+}
