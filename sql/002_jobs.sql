@@ -98,22 +98,8 @@ BEGIN
 END
 $$;
 
--- Records one lifecycle event per job in one statement: `event_types[i]` of job i, with
--- `extras[i]` joining its standard data; the set form of s3p.emit for the batch paths.
-CREATE OR REPLACE FUNCTION s3p.emit_all(event_types text[], jobs s3p.job[], extras jsonb[]) RETURNS void
-LANGUAGE plpgsql AS $$
-BEGIN
-    IF cardinality(jobs) > 0 THEN
-        -- unnest, not subscripts: reaching element i of an array of rows walks the i - 1 before it.
-        INSERT INTO s3p.events (type, job_id, queue, job_type, state, attempt, extra)
-        SELECT t.event_type, j.id, j.queue, j.type, j.state, j.attempt, nullif(e.extra, '{}')
-          FROM unnest(jobs) WITH ORDINALITY AS j
-          JOIN unnest(event_types) WITH ORDINALITY AS t(event_type, ord) ON t.ord = j.ordinality
-          LEFT JOIN unnest(extras) WITH ORDINALITY AS e(extra, ord) ON e.ord = j.ordinality
-         ORDER BY j.ordinality;
-    END IF;
-END
-$$;
+-- The set form of s3p.emit had no caller left once claims record their events themselves.
+DROP FUNCTION IF EXISTS s3p.emit_all(text[], s3p.job[], jsonb[]);
 
 -- Enqueues one job given as JSON with s3p.job field names; creates the queue on first use. A
 -- unique job that hits `ignore` returns the existing job instead (the caller sees another id).
