@@ -24,19 +24,22 @@ BEGIN
 END
 $$;
 
--- Raises PV429 when `adding` more non-terminal jobs would pass the queue's max_jobs quota.
+-- Raises PV429 when `adding` more non-terminal jobs would pass the queue's max_jobs quota
+-- (`queue_schema` NULL: the queue's own, looked up with the quota).
 CREATE OR REPLACE FUNCTION s3p.check_job_quota(queue text, queue_schema text, adding int) RETURNS void
 LANGUAGE plpgsql AS $$
 DECLARE
     quota bigint;
     present bigint;
+    own_schema text;
 BEGIN
-    SELECT (q.settings->>'max_jobs')::bigint INTO quota FROM s3p.queues q WHERE q.name = queue;
+    SELECT (q.settings->>'max_jobs')::bigint, q.schema_name INTO quota, own_schema
+      FROM s3p.queues q WHERE q.name = queue;
     IF quota IS NULL THEN
         RETURN;
     END IF;
     EXECUTE format('SELECT count(*) FROM %I.jobs WHERE state NOT IN (''completed'', ''cancelled'', ''discarded'')',
-                   queue_schema) INTO present;
+                   coalesce(queue_schema, own_schema)) INTO present;
     IF present + adding > quota THEN
         RAISE EXCEPTION 'quota max_jobs (%) of queue % reached: % jobs are not terminal', quota, queue, present
             USING ERRCODE = 'PV429', DETAIL = 'max_jobs';

@@ -94,6 +94,49 @@ BEGIN
 END
 $fn$;
 
+-- Stores plain jobs of this queue (no unique key, no rate-limit setting: the caller's rule), given
+-- as a JSON array with s3p.job field names and ids, all or none: ids reserved in s3p.job_index,
+-- the quota checked, jobs and events stored, one NOTIFY. The server calls it directly for single
+-- enqueues and single-queue batches of a queue it knows, skipping s3p.enqueue_batch's lookups and
+-- dynamic SQL; everything else goes through s3p.enqueue_batch.
+CREATE OR REPLACE FUNCTION __SCHEMA__.enqueue_plain(queue_name text, new_jobs jsonb) RETURNS SETOF s3p.job
+LANGUAGE plpgsql AS $fn$
+DECLARE
+    given int := jsonb_array_length(new_jobs);
+    indexed int;
+    clash uuid;
+BEGIN
+    WITH reserved AS (
+        INSERT INTO s3p.job_index (id, queue)
+        SELECT (e.value->>'id')::uuid, queue_name FROM jsonb_array_elements(new_jobs) AS e(value)
+        ON CONFLICT (id) DO NOTHING
+        RETURNING 1
+    )
+    SELECT count(*) INTO indexed FROM reserved;
+    IF indexed < given THEN
+        -- Given twice in this array, else already stored: the error rolls everything back.
+        SELECT (e.value->>'id')::uuid INTO clash FROM jsonb_array_elements(new_jobs) AS e(value)
+         GROUP BY 1 HAVING count(*) > 1 LIMIT 1;
+        IF clash IS NULL THEN
+            SELECT (e.value->>'id')::uuid INTO clash FROM jsonb_array_elements(new_jobs) AS e(value)
+             WHERE EXISTS (SELECT 1 FROM s3p.job_index i
+                            WHERE i.id = (e.value->>'id')::uuid AND i.queue IS DISTINCT FROM queue_name)
+                OR EXISTS (SELECT 1 FROM __SCHEMA__.jobs j WHERE j.id = (e.value->>'id')::uuid)
+             LIMIT 1;
+        END IF;
+        RAISE EXCEPTION 'a job with id % already exists', clash
+            USING ERRCODE = 'PV411', DETAIL = clash::text;
+    END IF;
+    PERFORM s3p.check_job_quota(queue_name, NULL, given);
+    RETURN QUERY SELECT * FROM __SCHEMA__.enqueue_many(new_jobs);
+    IF EXISTS (SELECT 1 FROM jsonb_array_elements(new_jobs) AS e(value)
+                WHERE e.value->>'state' IS DISTINCT FROM 'pending'
+                  AND (e.value->>'scheduled_at' IS NULL OR (e.value->>'scheduled_at')::timestamptz <= now())) THEN
+        PERFORM pg_notify('s3p_jobs', queue_name);
+    END IF;
+END
+$fn$;
+
 -- Stores one new job.
 CREATE OR REPLACE FUNCTION __SCHEMA__.enqueue(new_job s3p.job) RETURNS s3p.job
 LANGUAGE sql AS $fn$
@@ -275,7 +318,8 @@ $fn$;
 -- Completes the active jobs among `ids` whose lease token matches (a NULL token matches any), in
 -- one statement, and returns those it completed. Ids it skips (unknown, stale lease, not active)
 -- are left unchanged for the caller to ack one by one, which raises the precise error. Rows are
--- locked in id order so concurrent batches cannot deadlock.
+-- locked in id order (the UPDATE visits the sorted input's ids one by one, through the primary
+-- key) so concurrent batches cannot deadlock.
 CREATE OR REPLACE FUNCTION __SCHEMA__.ack_many(ids uuid[], tokens uuid[], results jsonb[])
 RETURNS SETOF s3p.job
 LANGUAGE plpgsql
@@ -286,18 +330,19 @@ AS $fn$
 DECLARE
     job s3p.job;
 BEGIN
-    -- One statement: lock in id order, complete, record the events.
+    -- One statement: complete in id order, record the events.
     FOR job IN
         WITH input AS (
             SELECT i.id, i.token, i.result FROM unnest(ids, tokens, results) AS i(id, token, result)
-        ), locked AS (
-            SELECT j.id FROM __SCHEMA__.jobs j WHERE j.id = ANY (ids) ORDER BY j.id FOR UPDATE
+             ORDER BY i.id
         ), completed AS (
+            -- coalesce(state): written as `state = 'active'` it matches the lease index's predicate,
+            -- and a generic plan may then walk every active lease instead of looking the ids up.
             UPDATE __SCHEMA__.jobs j
                SET state = 'completed', previous_state = 'active', completed_at = now(), result = i.result,
                    error = NULL, lease_token = NULL, lease_expires_at = NULL
-              FROM input i, locked l
-             WHERE j.id = i.id AND l.id = i.id AND j.state = 'active'
+              FROM input i
+             WHERE j.id = i.id AND coalesce(j.state, '') = 'active'
                AND (i.token IS NULL OR i.token = j.lease_token)
             RETURNING j.*
         ), recorded AS (

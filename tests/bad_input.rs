@@ -576,6 +576,37 @@ async fn cancel_of_a_completed_job_is_a_conflict() {
     assert_eq!(get_job(&app, &id).await["state"], json!("completed"));
 }
 
+/// Enqueues to a queue that already exists take the queue's own statement: a duplicate id there
+/// (twice in one batch, already in this queue, already in another) still refuses the whole
+/// batch, stores nothing from it and leaves the stored job as it was.
+#[tokio::test]
+async fn duplicate_ids_refuse_a_batch_to_an_existing_queue_whole() {
+    let app = common::spawn_app().await;
+    let job = |id: &str, n: i64, queue: &str| json!({"id": id, "type": "a.b", "args": [n], "options": {"queue": queue}});
+    let here = Uuid::now_v7().to_string();
+    let elsewhere = Uuid::now_v7().to_string();
+    enqueue_ok(&app, &job(&here, 1, "known")).await;
+    enqueue_ok(&app, &job(&elsewhere, 1, "other")).await;
+    for (what, clash) in [
+        ("twice in the batch", None),
+        ("stored in this queue", Some(here.clone())),
+        ("stored in another queue", Some(elsewhere.clone())),
+    ] {
+        let new_id = Uuid::now_v7().to_string();
+        let second = clash.unwrap_or_else(|| new_id.clone());
+        let body = json!({"jobs": [job(&new_id, 2, "known"), job(&second, 3, "known")]});
+        let reply = post_json(&app, "/ojs/v1/jobs/batch", &body).await;
+        let error = reply.expect_error(409, "duplicate");
+        assert!(error.to_string().contains(&second), "{what}: {error}");
+        get(&app, &format!("/ojs/v1/jobs/{new_id}"))
+            .await
+            .expect_error(404, "not_found");
+    }
+    assert_enqueue_rejected(&app, job(&here, 4, "known"), 409, "duplicate").await;
+    assert_eq!(get_job(&app, &here).await["args"], json!([1]));
+    assert_eq!(get_job(&app, &elsewhere).await["queue"], json!("other"));
+}
+
 #[tokio::test]
 async fn duplicate_caller_id_is_refused_in_any_queue() {
     let app = common::spawn_app().await;

@@ -37,6 +37,13 @@ struct ClaimLane {
     default_visibility_ms: i64,
 }
 
+/// An enqueue lane: the queue and its schema when known (none: the catalog path creates it).
+#[derive(Clone, PartialEq, Eq, Hash)]
+struct EnqueueLane {
+    queue: Arc<str>,
+    schema: Option<Arc<str>>,
+}
+
 /// What one claim slot comes back as: the job claimed for it, or none.
 type Slot = Result<Option<Job>, CoreError>;
 
@@ -88,7 +95,7 @@ pub struct Grouped {
     shared: Shared,
     acks: Arc<Coalescer<AckLane, AckItem, Result<Job, CoreError>>>,
     claims: Arc<Coalescer<ClaimLane, Option<String>, Slot>>,
-    enqueues: Arc<Coalescer<String, Value, Result<Job, CoreError>>>,
+    enqueues: Arc<Coalescer<EnqueueLane, Value, Result<Job, CoreError>>>,
 }
 
 impl Grouped {
@@ -111,10 +118,10 @@ impl Grouped {
             Box::pin(async move { s.run_claims(lane, owners).await })
         });
         let s = shared.clone();
-        let enqueues: Runner<String, Value, Result<Job, CoreError>> =
-            Arc::new(move |_queue, rows| {
+        let enqueues: Runner<EnqueueLane, Value, Result<Job, CoreError>> =
+            Arc::new(move |lane, rows| {
                 let s = s.clone();
-                Box::pin(async move { s.run_enqueues(rows).await })
+                Box::pin(async move { s.run_enqueues(lane, rows).await })
             });
         Grouped {
             shared,
@@ -221,7 +228,11 @@ impl Grouped {
     /// enqueues to the same queue.
     pub async fn enqueue(&self, queue: &str, row: Value) -> Result<Job, CoreError> {
         bump(&self.shared.counts.enqueue_requests);
-        let mut outcome = self.enqueues.run(queue.to_string(), vec![row]).await?;
+        let lane = EnqueueLane {
+            queue: queue.into(),
+            schema: self.shared.routes.schema(&self.shared.pool, queue).await?,
+        };
+        let mut outcome = self.enqueues.run(lane, vec![row]).await?;
         outcome
             .pop()
             .unwrap_or_else(|| Err(CoreError::new(ErrorKind::Backend, "enqueue got no outcome")))
@@ -365,10 +376,30 @@ impl Shared {
         jobs(rows).map_err(DbError::Core)
     }
 
-    /// One statement for a group of single enqueues (`s3p.enqueue_batch`: all or none); when it
-    /// fails, each is stored on its own so that each gets its own answer. Once the group's
-    /// statement has committed nothing is stored again.
-    async fn run_enqueues(&self, rows: Vec<Value>) -> Vec<Result<Job, CoreError>> {
+    /// One statement for a group of single enqueues (the queue's `enqueue_plain`, else
+    /// `s3p.enqueue_batch`: all or none); when a group fails, each is stored on its own so that
+    /// each gets its own answer. Once the group's statement has committed nothing is stored again.
+    async fn run_enqueues(
+        &self,
+        lane: EnqueueLane,
+        rows: Vec<Value>,
+    ) -> Vec<Result<Job, CoreError>> {
+        if let Some(schema) = &lane.schema {
+            bump(&self.counts.enqueue_statements);
+            let ids: Vec<Option<Uuid>> = rows.iter().map(row_id).collect();
+            let batch = Value::Array(rows);
+            match enqueue_plain(&self.pool, schema, &lane.queue, &batch).await {
+                Ok(stored) => return by_given_id(Ok(stored), ids),
+                Err(error) if error.is_stale() => self.routes.forget(&lane.queue),
+                // One job: its own precise answer.
+                Err(error) if ids.len() == 1 => return vec![Err(error.into_core())],
+                Err(_) => {}
+            }
+            let Value::Array(rows) = batch else {
+                return Vec::new();
+            };
+            return self.store_each(rows).await;
+        }
         let rows = if rows.len() > 1 {
             bump(&self.counts.enqueue_statements);
             let ids: Vec<Option<Uuid>> = rows.iter().map(row_id).collect();
@@ -379,23 +410,7 @@ impl Shared {
                     .fetch_all(&self.pool)
                     .await;
             match stored {
-                // Plain jobs only (the store's rule), so every stored job has the id it was given.
-                Ok(stored) => {
-                    return match jobs(stored) {
-                        Ok(stored) => {
-                            let mut by_id: HashMap<Uuid, Job> =
-                                stored.into_iter().map(|job| (job.id, job)).collect();
-                            ids.into_iter()
-                                .map(|id| {
-                                    id.and_then(|id| by_id.remove(&id)).ok_or_else(|| {
-                                        CoreError::new(ErrorKind::Backend, "enqueue got no outcome")
-                                    })
-                                })
-                                .collect()
-                        }
-                        Err(error) => ids.iter().map(|_| Err(error.clone())).collect(),
-                    };
-                }
+                Ok(stored) => return by_given_id(jobs(stored), ids),
                 Err(_) => match batch {
                     Value::Array(rows) => rows,
                     _ => Vec::new(),
@@ -404,6 +419,11 @@ impl Shared {
         } else {
             rows
         };
+        self.store_each(rows).await
+    }
+
+    /// Each job stored on its own (`s3p.enqueue`), each with its own answer.
+    async fn store_each(&self, rows: Vec<Value>) -> Vec<Result<Job, CoreError>> {
         let mut outcomes = Vec::with_capacity(rows.len());
         for row in rows {
             bump(&self.counts.enqueue_statements);
@@ -415,6 +435,44 @@ impl Shared {
 
 fn row_id(row: &Value) -> Option<Uuid> {
     row.get("id")?.as_str()?.parse().ok()
+}
+
+/// The stored jobs in the order their ids were given. Plain jobs only (the store's rule), so
+/// every stored job has the id it was given.
+fn by_given_id(
+    stored: Result<Vec<Job>, CoreError>,
+    ids: Vec<Option<Uuid>>,
+) -> Vec<Result<Job, CoreError>> {
+    let stored = match stored {
+        Ok(stored) => stored,
+        Err(error) => return ids.iter().map(|_| Err(error.clone())).collect(),
+    };
+    let mut by_id: HashMap<Uuid, Job> = stored.into_iter().map(|job| (job.id, job)).collect();
+    ids.into_iter()
+        .map(|id| {
+            id.and_then(|id| by_id.remove(&id))
+                .ok_or_else(|| CoreError::new(ErrorKind::Backend, "enqueue got no outcome"))
+        })
+        .collect()
+}
+
+/// The queue's own `enqueue_plain` (schema from the route hint): plain jobs of one queue, all or
+/// none, in the order given.
+pub(super) async fn enqueue_plain(
+    pool: &PgPool,
+    schema: &str,
+    queue: &str,
+    rows: &Value,
+) -> Result<Vec<Job>, DbError> {
+    let stored: Vec<JobRow> = sqlx::query_as(AssertSqlSafe(format!(
+        "SELECT * FROM {schema}.enqueue_plain($1, $2)"
+    )))
+    .bind(queue)
+    .bind(rows)
+    .fetch_all(pool)
+    .await
+    .map_err(DbError::Sql)?;
+    jobs(stored).map_err(DbError::Core)
 }
 
 /// `s3p.enqueue` of one job.
@@ -436,17 +494,17 @@ pub async fn enqueue_one(pool: &PgPool, row: &Value) -> Result<Job, CoreError> {
 }
 
 /// A database error kept whole until it is known whether it means a stale hint.
-enum DbError {
+pub(super) enum DbError {
     Sql(sqlx::Error),
     Core(CoreError),
 }
 
 impl DbError {
-    fn is_stale(&self) -> bool {
+    pub(super) fn is_stale(&self) -> bool {
         matches!(self, DbError::Sql(e) if is_stale(e))
     }
 
-    fn into_core(self) -> CoreError {
+    pub(super) fn into_core(self) -> CoreError {
         match self {
             DbError::Sql(e) => map_db_error(e),
             DbError::Core(e) => e,

@@ -117,6 +117,25 @@ async fn maintenance_pass(
     Ok(())
 }
 
+/// The queue of a plain job (no unique key, no rate-limit setting): the jobs the queue's own
+/// `enqueue_plain` stores; others take `s3p.enqueue` for their per-job checks.
+fn plain_queue(row: &Value) -> Option<&str> {
+    let plain = row.get("unique_key").is_none_or(Value::is_null)
+        && row.get("rate_limit_per_second").is_none();
+    plain
+        .then(|| row.get("queue").and_then(Value::as_str))
+        .flatten()
+}
+
+/// The one queue of a non-empty array of plain jobs, if they share one.
+fn one_plain_queue(rows: &Value) -> Option<&str> {
+    let (first, rest) = rows.as_array()?.split_first()?;
+    let queue = plain_queue(first)?;
+    rest.iter()
+        .all(|row| plain_queue(row) == Some(queue))
+        .then_some(queue)
+}
+
 fn object(value: Option<Value>) -> Option<Map<String, Value>> {
     match value {
         Some(Value::Object(map)) => Some(map),
@@ -319,17 +338,24 @@ impl Store {
     /// concurrent single enqueues of their queue into one statement.
     #[tracing::instrument(name = "db", skip_all, fields(op = "enqueue"))]
     pub async fn enqueue(&self, row: &Value) -> Result<Job, CoreError> {
-        let plain = row.get("unique_key").is_none_or(Value::is_null)
-            && row.get("rate_limit_per_second").is_none();
-        match row.get("queue").and_then(Value::as_str) {
-            Some(queue) if plain => self.grouped.enqueue(queue, row.clone()).await,
-            _ => grouped::enqueue_one(&self.pool, row).await,
+        match plain_queue(row) {
+            Some(queue) => self.grouped.enqueue(queue, row.clone()).await,
+            None => grouped::enqueue_one(&self.pool, row).await,
         }
     }
 
-    /// `s3p.enqueue_batch`: all or none.
+    /// All or none: plain jobs of one known queue with the queue's own `enqueue_plain`, anything
+    /// else with `s3p.enqueue_batch`.
     #[tracing::instrument(name = "db", skip_all, fields(op = "enqueue_batch"))]
     pub async fn enqueue_batch(&self, rows: &Value) -> Result<Vec<Job>, CoreError> {
+        if let Some(queue) = one_plain_queue(rows)
+            && let Some(schema) = self.grouped.routes().schema(&self.pool, queue).await?
+        {
+            match grouped::enqueue_plain(&self.pool, &schema, queue, rows).await {
+                Err(error) if error.is_stale() => self.grouped.routes().forget(queue),
+                stored => return stored.map_err(grouped::DbError::into_core),
+            }
+        }
         let rows = sqlx::query_as("SELECT * FROM s3p.enqueue_batch($1)")
             .bind(rows)
             .fetch_all(&self.pool)
