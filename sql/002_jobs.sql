@@ -493,6 +493,20 @@ BEGIN
 END
 $$;
 
+-- The quoted jobs table of `queue` when enough dead row versions have piled up that claims pay
+-- for walking past them in the ready index: at least 10,000 and 5 % of the live rows, unless the
+-- queue turned autovacuum off. The maintenance pass then vacuums it (VACUUM cannot run inside a
+-- function); autovacuum alone waits for 20 % of the table, checked once a minute.
+CREATE OR REPLACE FUNCTION s3p.jobs_vacuum_due(queue text) RETURNS text
+LANGUAGE sql STABLE AS $$
+    SELECT format('%I.jobs', q.schema_name)
+      FROM s3p.queues q
+      JOIN pg_class c ON c.oid = to_regclass(format('%I.jobs', q.schema_name))
+     WHERE q.name = queue
+       AND pg_stat_get_dead_tuples(c.oid) >= greatest(10000, 0.05 * pg_stat_get_live_tuples(c.oid))
+       AND NOT coalesce(c.reloptions @> ARRAY['autovacuum_enabled=false'], false)
+$$;
+
 -- The database-wide maintenance step: old events, and unique keys whose job is gone.
 CREATE OR REPLACE FUNCTION s3p.maintain_shared(batch int) RETURNS void
 LANGUAGE plpgsql AS $$

@@ -106,6 +106,7 @@ async fn maintain(args: MaintainArgs) -> Result<(), String> {
                     "removed": report.removed,
                     "retries_moved": report.retries_moved,
                     "rotations": report.rotations,
+                    "vacuums": report.vacuums,
                 })
             );
         } else {

@@ -23,6 +23,7 @@ pub async fn run(service: Arc<Service>, interval: Duration, mut stop: watch::Rec
                     + report.removed
                     + report.retries_moved
                     + report.rotations
+                    + report.vacuums
                     > 0 =>
             {
                 tracing::info!(?report, "maintenance pass");

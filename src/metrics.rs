@@ -102,6 +102,16 @@ async fn scrape(State(state): State<MetricsState>) -> Response {
         "pgvs3_stream_rotations_total {}",
         totals.rotations.load(Relaxed)
     );
+    let _ = writeln!(
+        out,
+        "# HELP pgvs3_jobs_vacuums_total Jobs tables this gateway's passes vacuumed for their dead row versions."
+    );
+    let _ = writeln!(out, "# TYPE pgvs3_jobs_vacuums_total counter");
+    let _ = writeln!(
+        out,
+        "pgvs3_jobs_vacuums_total {}",
+        totals.vacuums.load(Relaxed)
+    );
     render_grouping(&state.service.grouping_stats(), &mut out);
     match state.service.metrics_snapshot().await {
         Ok((snapshot, (open, idle))) => {

@@ -536,3 +536,91 @@ async fn long_poll_fetch_wakes_on_enqueue() {
         "an idle long poll waits its wait_ms: {waited:?}"
     );
 }
+
+/// The maintenance pass vacuums a jobs table once dead row versions pile up (here two updates of
+/// 6,000 jobs), instead of leaving claims to walk past them until autovacuum comes; a queue whose
+/// autovacuum is turned off is left alone.
+#[tokio::test]
+async fn maintenance_vacuums_jobs_tables_full_of_dead_rows() {
+    use sqlx::Connection;
+    let app =
+        common::spawn_app_with(|s| s.maintenance_interval = Some(Duration::from_millis(100))).await;
+    let http = reqwest::Client::new();
+    let post = |path: &str, body: Value| {
+        let request = http.post(format!("{}{path}", app.http_url)).json(&body);
+        async move {
+            let response = request.send().await.expect("send");
+            let status = response.status();
+            let text = response.text().await.expect("body");
+            assert!(status.is_success(), "{status}: {text}");
+        }
+    };
+    for queue in ["busy", "manual"] {
+        for _ in 0..6 {
+            let jobs: Vec<Value> = (0..1000)
+                .map(|i| json!({"type": "t.v", "args": [i], "options": {"queue": queue}}))
+                .collect();
+            post("/ojs/v1/jobs/batch", json!({ "jobs": jobs })).await;
+        }
+    }
+    post(
+        "/ojs/v1/queues/manual/config",
+        json!({"autovacuum": {"autovacuum_enabled": false}}),
+    )
+    .await;
+    let mut db = sqlx::PgConnection::connect(&app.database_url)
+        .await
+        .expect("connect");
+    for queue in ["busy", "manual"] {
+        for _ in 0..2 {
+            sqlx::raw_sql(sqlx::AssertSqlSafe(format!(
+                "UPDATE s3q_{queue}.jobs SET priority = priority"
+            )))
+            .execute(&mut db)
+            .await
+            .expect("update");
+        }
+    }
+    sqlx::query("SELECT pg_stat_force_next_flush()")
+        .execute(&mut db)
+        .await
+        .expect("flush stats");
+    let vacuums = |queue: &'static str| {
+        sqlx::query_scalar::<_, i64>(sqlx::AssertSqlSafe(format!(
+            "SELECT pg_stat_get_vacuum_count('s3q_{queue}.jobs'::regclass)"
+        )))
+    };
+    let mut busy = 0;
+    for _ in 0..100 {
+        busy = vacuums("busy").fetch_one(&mut db).await.expect("count");
+        if busy > 0 {
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    assert_eq!(busy, 1, "the busy queue's jobs table was vacuumed once");
+    // A few more passes: the vacuumed table is not due again, the other never is.
+    tokio::time::sleep(Duration::from_millis(500)).await;
+    assert_eq!(vacuums("busy").fetch_one(&mut db).await.expect("count"), 1);
+    assert_eq!(
+        vacuums("manual").fetch_one(&mut db).await.expect("count"),
+        0
+    );
+    let metrics = http
+        .get(format!("{}/metrics", app.http_url))
+        .send()
+        .await
+        .expect("metrics")
+        .text()
+        .await
+        .expect("metrics text");
+    assert!(
+        metrics.contains("pgvs3_jobs_vacuums_total 1"),
+        "metrics: {}",
+        metrics
+            .lines()
+            .filter(|l| l.contains("vacuum"))
+            .collect::<Vec<_>>()
+            .join("\n")
+    );
+}

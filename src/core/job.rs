@@ -384,4 +384,6 @@ pub struct MaintenanceReport {
     pub retries_moved: i64,
     /// Stream segments rotated.
     pub rotations: i64,
+    /// Jobs tables vacuumed because dead row versions piled up.
+    pub vacuums: i64,
 }

@@ -116,6 +116,8 @@ pub struct MaintenanceTotals {
     pub rotations: std::sync::atomic::AtomicU64,
     /// Passes this gateway ran.
     pub passes: std::sync::atomic::AtomicU64,
+    /// Jobs tables vacuumed for their dead row versions.
+    pub vacuums: std::sync::atomic::AtomicU64,
 }
 
 impl Service {
@@ -530,6 +532,9 @@ impl Service {
             self.totals
                 .rotations
                 .fetch_add(report.rotations.max(0) as u64, Relaxed);
+            self.totals
+                .vacuums
+                .fetch_add(report.vacuums.max(0) as u64, Relaxed);
         }
         Ok(report)
     }

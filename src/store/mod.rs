@@ -81,6 +81,31 @@ struct QueueMaintenanceRow {
     rotated: bool,
 }
 
+/// Vacuums the queue's jobs table when `s3p.jobs_vacuum_due` says dead row versions piled up. A
+/// table that went away (a queue dropped meanwhile) or is being vacuumed already is left alone.
+async fn vacuum_if_due(
+    conn: &mut sqlx::PgConnection,
+    queue: &str,
+    report: &mut MaintenanceReport,
+) -> Result<(), CoreError> {
+    let due: Option<String> = sqlx::query_scalar("SELECT s3p.jobs_vacuum_due($1)")
+        .bind(queue)
+        .fetch_one(&mut *conn)
+        .await
+        .map_err(map_db_error)?;
+    let Some(table) = due else {
+        return Ok(());
+    };
+    match sqlx::raw_sql(sqlx::AssertSqlSafe(format!("VACUUM (SKIP_LOCKED) {table}")))
+        .execute(&mut *conn)
+        .await
+    {
+        Ok(_) => report.vacuums += 1,
+        Err(error) => tracing::warn!(queue, %error, "vacuum of the jobs table failed"),
+    }
+    Ok(())
+}
+
 /// The steps of a pass whose lock is held: each queue in its own transaction, then the shared step.
 async fn maintenance_pass(
     conn: &mut sqlx::PgConnection,
@@ -108,6 +133,7 @@ async fn maintenance_pass(
         report.removed += row.removed;
         report.retries_moved += row.retries_moved;
         report.rotations += i64::from(row.rotated);
+        vacuum_if_due(conn, &queue, report).await?;
     }
     sqlx::query("SELECT s3p.maintain_shared($1)")
         .bind(batch)
