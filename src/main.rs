@@ -107,8 +107,16 @@ async fn maintain(args: MaintainArgs) -> Result<(), String> {
                     "retries_moved": report.retries_moved,
                     "rotations": report.rotations,
                     "vacuums": report.vacuums,
+                    "failed_steps": report.failed_steps,
                 })
             );
+            if !report.failed_steps.is_empty() {
+                store.close().await;
+                return Err(format!(
+                    "maintenance steps failed (see the log): {:?}",
+                    report.failed_steps
+                ));
+            }
         } else {
             let (stop, watch) = tokio::sync::watch::channel(false);
             let interval = Duration::from_millis(args.maintenance_interval_ms.max(10));

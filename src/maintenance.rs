@@ -24,6 +24,7 @@ pub async fn run(service: Arc<Service>, interval: Duration, mut stop: watch::Rec
                     + report.retries_moved
                     + report.rotations
                     + report.vacuums
+                    + report.failed_steps.len() as i64
                     > 0 =>
             {
                 tracing::info!(?report, "maintenance pass");

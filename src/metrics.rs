@@ -112,6 +112,30 @@ async fn scrape(State(state): State<MetricsState>) -> Response {
         "pgvs3_jobs_vacuums_total {}",
         totals.vacuums.load(Relaxed)
     );
+    let _ = writeln!(
+        out,
+        "# HELP pgvs3_maintenance_failures_total Maintenance steps that failed and were skipped (the pass went on), by queue; step=\"shared\" is the database-wide step."
+    );
+    let _ = writeln!(out, "# TYPE pgvs3_maintenance_failures_total counter");
+    let failures = totals
+        .failures
+        .lock()
+        .map(|f| f.clone())
+        .unwrap_or_else(|p| p.into_inner().clone());
+    for (queue, n) in failures {
+        if queue.is_empty() {
+            let _ = writeln!(
+                out,
+                "pgvs3_maintenance_failures_total{{step=\"shared\"}} {n}"
+            );
+        } else {
+            let _ = writeln!(
+                out,
+                "pgvs3_maintenance_failures_total{{step=\"queue\",queue=\"{}\"}} {n}",
+                label(&queue)
+            );
+        }
+    }
     render_grouping(&state.service.grouping_stats(), &mut out);
     match state.service.metrics_snapshot().await {
         Ok((snapshot, (open, idle))) => {

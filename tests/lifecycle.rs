@@ -624,3 +624,96 @@ async fn maintenance_vacuums_jobs_tables_full_of_dead_rows() {
             .join("\n")
     );
 }
+
+/// One queue whose maintenance step fails (here its maintain function is gone) is logged and
+/// counted in /metrics, and the pass goes on: a queue after it still has its expired lease
+/// released, and the shared step still runs (an orphaned unique key is removed).
+#[tokio::test]
+async fn a_queue_whose_maintenance_fails_does_not_stop_the_others() {
+    use sqlx::Connection;
+    let app =
+        common::spawn_app_with(|s| s.maintenance_interval = Some(Duration::from_millis(100))).await;
+    let http = reqwest::Client::new();
+    let post = |path: &str, body: Value| {
+        let request = http.post(format!("{}{path}", app.http_url)).json(&body);
+        async move {
+            let response = request.send().await.expect("send");
+            let status = response.status();
+            let text = response.text().await.expect("body");
+            assert!(status.is_success(), "{status}: {text}");
+            serde_json::from_str::<Value>(&text).expect("json")
+        }
+    };
+    for queue in ["broken", "healthy"] {
+        post(
+            "/ojs/v1/jobs",
+            json!({"type": "t.m", "args": [], "options": {"queue": queue}}),
+        )
+        .await;
+    }
+    let mut db = sqlx::PgConnection::connect(&app.database_url)
+        .await
+        .expect("connect");
+    sqlx::raw_sql(
+        "DROP FUNCTION s3q_broken.maintain(bigint, int);
+         INSERT INTO s3p.unique_keys (key, job_id, queue) VALUES ('orphan', gen_random_uuid(), 'healthy')",
+    )
+    .execute(&mut db)
+    .await
+    .expect("break one queue");
+    // "healthy" sorts after "broken": a pass that stopped at the failure would never reach it.
+    let fetched = post(
+        "/ojs/v1/workers/fetch",
+        json!({"queues": ["healthy"], "count": 1, "visibility_timeout_ms": 1}),
+    )
+    .await;
+    let id = fetched["jobs"][0]["id"]
+        .as_str()
+        .expect("a job was fetched")
+        .to_string();
+    let (mut state, mut orphans) = (String::new(), 1);
+    for _ in 0..100 {
+        // The stored row, not the answer of GET (which shows an expired lease as available).
+        state = sqlx::query_scalar("SELECT state FROM s3q_healthy.jobs WHERE id = $1::uuid")
+            .bind(&id)
+            .fetch_one(&mut db)
+            .await
+            .expect("state");
+        orphans = sqlx::query_scalar("SELECT count(*) FROM s3p.unique_keys WHERE key = 'orphan'")
+            .fetch_one(&mut db)
+            .await
+            .expect("count");
+        if state != "active" && orphans == 0 {
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    assert_ne!(
+        state, "active",
+        "the expired lease of the later queue was released"
+    );
+    assert_eq!(orphans, 0_i64, "the shared step ran");
+    let metrics = http
+        .get(format!("{}/metrics", app.http_url))
+        .send()
+        .await
+        .expect("metrics")
+        .text()
+        .await
+        .expect("metrics text");
+    assert!(
+        metrics.contains("pgvs3_maintenance_failures_total{step=\"queue\",queue=\"broken\"}"),
+        "{}",
+        metrics
+            .lines()
+            .filter(|l| l.contains("maintenance"))
+            .collect::<Vec<_>>()
+            .join("\n")
+    );
+    assert!(
+        !metrics
+            .lines()
+            .any(|l| l.starts_with("pgvs3_maintenance_failures_total") && l.contains("healthy")),
+        "only the broken queue failed"
+    );
+}

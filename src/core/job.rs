@@ -370,7 +370,7 @@ pub struct DeadLetterPage {
 }
 
 /// What one maintenance pass did.
-#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
 pub struct MaintenanceReport {
     /// Whether this gateway ran it (another may hold the pass).
     pub ran: bool,
@@ -386,4 +386,6 @@ pub struct MaintenanceReport {
     pub rotations: i64,
     /// Jobs tables vacuumed because dead row versions piled up.
     pub vacuums: i64,
+    /// Steps that failed and were skipped: a queue's name, or "" for the shared step.
+    pub failed_steps: Vec<String>,
 }

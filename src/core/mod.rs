@@ -118,6 +118,8 @@ pub struct MaintenanceTotals {
     pub passes: std::sync::atomic::AtomicU64,
     /// Jobs tables vacuumed for their dead row versions.
     pub vacuums: std::sync::atomic::AtomicU64,
+    /// Failed maintenance steps by queue ("" for the shared step).
+    pub failures: std::sync::Mutex<std::collections::BTreeMap<String, u64>>,
 }
 
 impl Service {
@@ -535,6 +537,14 @@ impl Service {
             self.totals
                 .vacuums
                 .fetch_add(report.vacuums.max(0) as u64, Relaxed);
+            let mut failures = self
+                .totals
+                .failures
+                .lock()
+                .unwrap_or_else(|p| p.into_inner());
+            for step in &report.failed_steps {
+                *failures.entry(step.clone()).or_insert(0) += 1;
+            }
         }
         Ok(report)
     }

@@ -117,30 +117,48 @@ async fn maintenance_pass(
         .fetch_all(&mut *conn)
         .await
         .map_err(map_db_error)?;
+    // One queue's failure is that queue's alone: logged, counted, and the pass goes on.
     for queue in queues {
-        let row: QueueMaintenanceRow = sqlx::query_as(
-            "SELECT released, expired, removed, retries_moved, rotated
-               FROM s3p.maintain_queue($1, $2, $3)",
-        )
-        .bind(&queue)
-        .bind(retention_ms)
-        .bind(batch)
-        .fetch_one(&mut *conn)
-        .await
-        .map_err(map_db_error)?;
-        report.released += row.released;
-        report.expired += row.expired;
-        report.removed += row.removed;
-        report.retries_moved += row.retries_moved;
-        report.rotations += i64::from(row.rotated);
-        vacuum_if_due(conn, &queue, report).await?;
+        if let Err(error) = maintain_one_queue(conn, &queue, retention_ms, batch, report).await {
+            tracing::warn!(queue, %error, "maintenance of a queue failed");
+            report.failed_steps.push(queue);
+        }
     }
-    sqlx::query("SELECT s3p.maintain_shared($1)")
+    let shared = sqlx::query("SELECT s3p.maintain_shared($1)")
         .bind(batch)
         .execute(&mut *conn)
-        .await
-        .map_err(map_db_error)?;
+        .await;
+    if let Err(error) = shared {
+        tracing::warn!(%error, "the shared maintenance step failed");
+        report.failed_steps.push(String::new());
+    }
     Ok(())
+}
+
+/// One queue's maintenance step (its own transaction), then its vacuum when due.
+async fn maintain_one_queue(
+    conn: &mut sqlx::PgConnection,
+    queue: &str,
+    retention_ms: i64,
+    batch: i32,
+    report: &mut MaintenanceReport,
+) -> Result<(), CoreError> {
+    let row: QueueMaintenanceRow = sqlx::query_as(
+        "SELECT released, expired, removed, retries_moved, rotated
+           FROM s3p.maintain_queue($1, $2, $3)",
+    )
+    .bind(queue)
+    .bind(retention_ms)
+    .bind(batch)
+    .fetch_one(&mut *conn)
+    .await
+    .map_err(map_db_error)?;
+    report.released += row.released;
+    report.expired += row.expired;
+    report.removed += row.removed;
+    report.retries_moved += row.retries_moved;
+    report.rotations += i64::from(row.rotated);
+    vacuum_if_due(conn, queue, report).await
 }
 
 /// The queue of a plain job (no unique key, no rate-limit setting): the jobs the queue's own
