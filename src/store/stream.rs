@@ -2,6 +2,8 @@
 
 use chrono::{DateTime, Utc};
 use serde_json::Value;
+use sqlx::postgres::PgRow;
+use sqlx::{Column, Row};
 use uuid::Uuid;
 
 use super::{Store, map_db_error};
@@ -11,54 +13,58 @@ use crate::core::stream::{
     Subscription,
 };
 
-/// One row of a batch: the batch columns, and one event (none for an emptied batch).
-#[derive(sqlx::FromRow)]
-struct BatchRow {
-    batch_id: Uuid,
-    consumer_name: String,
-    member_name: String,
-    start_tick: i64,
-    end_tick: i64,
-    state: String,
-    batch_created_at: DateTime<Utc>,
-    seq: Option<i64>,
-    event_id: Option<Uuid>,
-    #[sqlx(rename = "type")]
-    message_type: Option<String>,
-    payload: Option<Value>,
-    headers: Option<Value>,
-    retry_count: Option<i32>,
-    created_at: Option<DateTime<Utc>>,
-}
-
-fn batch(rows: Vec<BatchRow>) -> Option<Batch> {
-    let first = rows.first()?;
+/// A batch from its rows: every row repeats the batch columns and carries one event (none for an
+/// emptied batch). The batch columns are read from the first row only, and the event columns by
+/// position, looked up once: a batch holds up to thousands of rows.
+fn batch(rows: &[PgRow]) -> Result<Option<Batch>, sqlx::Error> {
+    let Some(first) = rows.first() else {
+        return Ok(None);
+    };
+    let at = |name: &str| first.try_column(name).map(|c| c.ordinal());
+    let (seq, event_id, message_type, payload, headers, retry_count, created_at) = (
+        at("seq")?,
+        at("event_id")?,
+        at("type")?,
+        at("payload")?,
+        at("headers")?,
+        at("retry_count")?,
+        at("created_at")?,
+    );
+    let member: String = first.try_get("member_name")?;
     let mut out = Batch {
-        id: first.batch_id,
-        consumer: first.consumer_name.clone(),
-        member: (!first.member_name.is_empty()).then(|| first.member_name.clone()),
-        start_tick: first.start_tick,
-        end_tick: first.end_tick,
-        state: first.state.clone(),
-        created_at: first.batch_created_at,
+        id: first.try_get("batch_id")?,
+        consumer: first.try_get("consumer_name")?,
+        member: (!member.is_empty()).then_some(member),
+        start_tick: first.try_get("start_tick")?,
+        end_tick: first.try_get("end_tick")?,
+        state: first.try_get("state")?,
+        created_at: first.try_get("batch_created_at")?,
         events: Vec::with_capacity(rows.len()),
     };
     for row in rows {
-        if let (Some(seq), Some(id), Some(message_type), Some(created_at)) =
-            (row.seq, row.event_id, row.message_type, row.created_at)
-        {
-            out.events.push(StreamEvent {
-                id,
-                seq,
-                message_type,
-                payload: row.payload.unwrap_or(Value::Null),
-                headers: row.headers.filter(|h| !h.is_null()),
-                retry_count: row.retry_count.unwrap_or(0),
-                created_at,
-            });
-        }
+        let (Some(seq), Some(id), Some(message_type), Some(created_at)) = (
+            row.try_get::<Option<i64>, _>(seq)?,
+            row.try_get::<Option<Uuid>, _>(event_id)?,
+            row.try_get::<Option<String>, _>(message_type)?,
+            row.try_get::<Option<DateTime<Utc>>, _>(created_at)?,
+        ) else {
+            continue;
+        };
+        out.events.push(StreamEvent {
+            id,
+            seq,
+            message_type,
+            payload: row
+                .try_get::<Option<Value>, _>(payload)?
+                .unwrap_or(Value::Null),
+            headers: row
+                .try_get::<Option<Value>, _>(headers)?
+                .filter(|h| !h.is_null()),
+            retry_count: row.try_get::<Option<i32>, _>(retry_count)?.unwrap_or(0),
+            created_at,
+        });
     }
-    Some(out)
+    Ok(Some(out))
 }
 
 #[derive(sqlx::FromRow)]
@@ -182,29 +188,30 @@ impl Store {
         member: Option<&str>,
         max: i32,
     ) -> Result<Option<Batch>, CoreError> {
-        let rows: Vec<BatchRow> =
-            sqlx::query_as("SELECT * FROM s3p.stream_receive($1, $2, $3, $4, $5)")
-                .bind(queue)
-                .bind(consumer)
-                .bind(member)
-                .bind(max)
-                .bind(Uuid::now_v7())
-                .fetch_all(self.pool())
-                .await
-                .map_err(map_db_error)?;
-        Ok(batch(rows))
+        let rows: Vec<PgRow> = sqlx::query("SELECT * FROM s3p.stream_receive($1, $2, $3, $4, $5)")
+            .bind(queue)
+            .bind(consumer)
+            .bind(member)
+            .bind(max)
+            .bind(Uuid::now_v7())
+            .fetch_all(self.pool())
+            .await
+            .map_err(map_db_error)?;
+        batch(&rows).map_err(map_db_error)
     }
 
     /// `s3p.stream_batch`.
     #[tracing::instrument(name = "db", skip_all, fields(op = "stream_batch"))]
     pub async fn stream_batch(&self, queue: &str, id: Uuid) -> Result<Batch, CoreError> {
-        let rows: Vec<BatchRow> = sqlx::query_as("SELECT * FROM s3p.stream_batch($1, $2)")
+        let rows: Vec<PgRow> = sqlx::query("SELECT * FROM s3p.stream_batch($1, $2)")
             .bind(queue)
             .bind(id)
             .fetch_all(self.pool())
             .await
             .map_err(map_db_error)?;
-        batch(rows).ok_or_else(|| CoreError::not_found("batch", &id.to_string()))
+        batch(&rows)
+            .map_err(map_db_error)?
+            .ok_or_else(|| CoreError::not_found("batch", &id.to_string()))
     }
 
     /// `s3p.stream_ack`: the consumer's cursor tick afterwards.
