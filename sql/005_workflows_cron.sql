@@ -136,7 +136,26 @@ BEGIN
 END
 $$;
 
+-- Locks a job's row, wherever its queue is; false when the job is gone.
+CREATE OR REPLACE FUNCTION s3p.lock_job(job_id uuid) RETURNS boolean
+LANGUAGE plpgsql AS $$
+DECLARE
+    found_schema text;
+    locked boolean;
+BEGIN
+    SELECT q.schema_name INTO found_schema
+      FROM s3p.job_index i JOIN s3p.queues q ON q.name = i.queue WHERE i.id = job_id;
+    IF found_schema IS NULL THEN
+        RETURN false;
+    END IF;
+    EXECUTE format('SELECT true FROM %I.jobs WHERE id = $1 FOR UPDATE', found_schema) INTO locked USING job_id;
+    RETURN coalesce(locked, false);
+END
+$$;
+
 -- Cancels a running workflow: its enqueued steps are cancelled, waiting steps never run.
+-- Lock order, as every job transition takes it (ack, nack, cancel, maintenance): the job rows in
+-- id order, then the workflow row. So the enqueued steps' jobs are locked before the workflow.
 CREATE OR REPLACE FUNCTION s3p.cancel_workflow(wf_id uuid) RETURNS jsonb
 LANGUAGE plpgsql AS $$
 DECLARE
@@ -145,10 +164,17 @@ DECLARE
     cancelled int := 0;
     done int;
 BEGIN
-    SELECT * INTO wf FROM s3p.workflows w WHERE w.id = wf_id FOR UPDATE;
+    SELECT * INTO wf FROM s3p.workflows w WHERE w.id = wf_id;
     IF NOT FOUND THEN
         RAISE EXCEPTION 'workflow % not found', wf_id USING ERRCODE = 'PV404';
     END IF;
+    IF wf.state <> 'running' THEN
+        RAISE EXCEPTION 'workflow % is already %', wf_id, wf.state USING ERRCODE = 'PV409';
+    END IF;
+    PERFORM s3p.lock_job(s.job_id) FROM (
+        SELECT s.job_id FROM s3p.workflow_steps s
+         WHERE s.workflow_id = wf_id AND s.state = 'enqueued' ORDER BY s.job_id) s;
+    SELECT * INTO wf FROM s3p.workflows w WHERE w.id = wf_id FOR UPDATE;
     IF wf.state <> 'running' THEN
         RAISE EXCEPTION 'workflow % is already %', wf_id, wf.state USING ERRCODE = 'PV409';
     END IF;

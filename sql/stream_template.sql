@@ -152,6 +152,13 @@ BEGIN
 END
 $fn$;
 
+-- The exclusive stream lock if no other transaction holds the stream lock now (this one's own
+-- shared hold does not count); never waits.
+CREATE OR REPLACE FUNCTION __SCHEMA__.stream_try_lock_exclusive() RETURNS boolean
+LANGUAGE sql AS $fn$
+    SELECT pg_try_advisory_xact_lock(hashtext('s3p.stream:__SCHEMA__'))
+$fn$;
+
 -- Events visible in snapshot `upto` and not in `since`, for `consumer` (txid range scan).
 CREATE OR REPLACE FUNCTION __SCHEMA__.stream_between(since pg_snapshot, upto pg_snapshot, consumer text)
 RETURNS SETOF __SCHEMA__.stream_events
@@ -426,12 +433,20 @@ END
 $fn$;
 
 -- Locks an active batch for an answer; PV404 unknown, PV409 no longer active or not this consumer's.
+-- Lock order (as receive and unsubscribe take them): the consumer's subscription row, then the
+-- batch row.
 CREATE OR REPLACE FUNCTION __SCHEMA__.stream_lock_batch(id uuid, name text)
 RETURNS __SCHEMA__.stream_batches
 LANGUAGE plpgsql AS $fn$
 DECLARE
     batch __SCHEMA__.stream_batches;
+    owner text;
 BEGIN
+    SELECT b.consumer INTO owner FROM __SCHEMA__.stream_batches b WHERE b.batch_id = id;
+    IF NOT FOUND THEN
+        RAISE EXCEPTION 'batch % not found', id USING ERRCODE = 'PV404';
+    END IF;
+    PERFORM 1 FROM __SCHEMA__.stream_subscriptions s WHERE s.consumer = owner FOR UPDATE;
     SELECT * INTO batch FROM __SCHEMA__.stream_batches b WHERE b.batch_id = id FOR UPDATE;
     IF NOT FOUND THEN
         RAISE EXCEPTION 'batch % not found', id USING ERRCODE = 'PV404';
@@ -634,7 +649,9 @@ BEGIN
         latest_after := __SCHEMA__.stream_tick(true);
     END IF;
 
-    PERFORM __SCHEMA__.stream_lock(true);
+    -- Moving retries into the log is a write like any append: the shared lock. Only a rotation
+    -- needs the exclusive one, and it never waits for it (see below).
+    PERFORM __SCHEMA__.stream_lock(false);
     SELECT * INTO cfg FROM __SCHEMA__.stream_config;
 
     WITH due AS (
@@ -661,7 +678,9 @@ BEGIN
                       JOIN __SCHEMA__.stream_ticks t ON t.tick_id = s.last_tick
                      WHERE pg_snapshot_xmin(t.snapshot) < seg.sealed_xid);
         END IF;
-        IF safe THEN
+        -- Rotate only when no other transaction holds the stream lock (a writer's uncommitted
+        -- append, say): waiting would queue every later writer behind us. A later pass retries.
+        IF safe AND __SCHEMA__.stream_try_lock_exclusive() THEN
             BEGIN
                 EXECUTE format('LOCK TABLE %s IN ACCESS EXCLUSIVE MODE NOWAIT',
                                '__SCHEMA__.stream_events_' || next_segment);

@@ -137,6 +137,16 @@ async fn scrape(State(state): State<MetricsState>) -> Response {
         }
     }
     render_grouping(&state.service.grouping_stats(), &mut out);
+    let _ = writeln!(
+        out,
+        "# HELP pgvs3_lock_conflict_retries_total Statements run again after PostgreSQL aborted them for a deadlock or serialization failure."
+    );
+    let _ = writeln!(out, "# TYPE pgvs3_lock_conflict_retries_total counter");
+    let _ = writeln!(
+        out,
+        "pgvs3_lock_conflict_retries_total {}",
+        state.service.conflict_retries()
+    );
     match state.service.metrics_snapshot().await {
         Ok((snapshot, (open, idle))) => {
             render_queues(&snapshot, &mut out);

@@ -717,3 +717,160 @@ async fn a_queue_whose_maintenance_fails_does_not_stop_the_others() {
         "only the broken queue failed"
     );
 }
+
+/// Workflow cancels racing workers that complete the same workflows' jobs (single and batch acks,
+/// each job's transition then its workflow) take the rows in one order, jobs before workflows: no
+/// answer is a server error, no statement needed a rerun for a deadlock, and every workflow ends
+/// settled with none of its steps left enqueued.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn workflow_cancel_and_acks_take_locks_in_one_order() {
+    let app = common::spawn_app().await;
+    let http = reqwest::Client::new();
+    let base = app.http_url.clone();
+    let call = {
+        let (http, base) = (http.clone(), base.clone());
+        move |method: reqwest::Method, path: String, body: Option<Value>| {
+            let mut request = http.request(method, format!("{base}{path}"));
+            if let Some(body) = body {
+                request = request.json(&body);
+            }
+            async move {
+                let response = request.send().await.expect("send");
+                let status = response.status().as_u16();
+                let answer: Value = response.json().await.unwrap_or(Value::Null);
+                (status, answer)
+            }
+        }
+    };
+    let queue = "wf-locks";
+    let mut workflows = Vec::new();
+    for n in 0..60 {
+        let steps: Vec<Value> = (0..5)
+            .map(|i| json!({"type": "wf.step", "args": [n, i], "options": {"queue": queue}}))
+            .collect();
+        let (status, answer) = call(
+            reqwest::Method::POST,
+            "/ojs/v1/workflows".into(),
+            Some(json!({"type": "group", "name": format!("g{n}"), "steps": steps})),
+        )
+        .await;
+        assert_eq!(status, 201, "{answer}");
+        workflows.push(answer["workflow"]["id"].as_str().expect("id").to_string());
+    }
+    let workflows = std::sync::Arc::new(workflows);
+
+    // Each worker fetches, then acks its jobs while it cancels their workflows at the same time.
+    let statuses = std::sync::Arc::new(std::sync::Mutex::new(Vec::<u16>::new()));
+    let mut workers = Vec::new();
+    for w in 0..4 {
+        let (call, statuses, workflows) = (call.clone(), statuses.clone(), workflows.clone());
+        workers.push(tokio::spawn(async move {
+            loop {
+                let (status, answer) = call(
+                    reqwest::Method::POST,
+                    "/ojs/v1/workers/fetch".into(),
+                    Some(json!({"queues": [queue], "count": 10})),
+                )
+                .await;
+                statuses.lock().expect("statuses").push(status);
+                let jobs = answer["jobs"].as_array().cloned().unwrap_or_default();
+                if jobs.is_empty() {
+                    break;
+                }
+                let mut owners: Vec<usize> = jobs
+                    .iter()
+                    .filter_map(|j| j["args"][0].as_u64())
+                    .map(|n| n as usize)
+                    .collect();
+                owners.dedup();
+                let cancels = owners.iter().map(|n| {
+                    call(
+                        reqwest::Method::DELETE,
+                        format!("/ojs/v1/workflows/{}", workflows[*n]),
+                        None,
+                    )
+                });
+                let acks: Vec<Value> = jobs
+                    .iter()
+                    .map(|j| json!({"job_id": j["id"], "lease_token": j["lease_token"]}))
+                    .collect();
+                let acked = async {
+                    if w % 2 == 0 {
+                        vec![
+                            call(
+                                reqwest::Method::POST,
+                                "/ojs/v1/workers/ack/batch".into(),
+                                Some(json!({ "acks": acks })),
+                            )
+                            .await,
+                        ]
+                    } else {
+                        let singles = acks.into_iter().map(|ack| {
+                            call(
+                                reqwest::Method::POST,
+                                "/ojs/v1/workers/ack".into(),
+                                Some(ack),
+                            )
+                        });
+                        futures_util::future::join_all(singles).await
+                    }
+                };
+                let (acked, cancelled) =
+                    tokio::join!(acked, futures_util::future::join_all(cancels));
+                let mut statuses = statuses.lock().expect("statuses");
+                statuses.extend(acked.iter().map(|(status, _)| *status));
+                for (status, answer) in &cancelled {
+                    assert!(
+                        *status == 200 || *status == 409,
+                        "cancel: {status} {answer}"
+                    );
+                }
+                statuses.extend(cancelled.iter().map(|(status, _)| *status));
+            }
+        }));
+    }
+    for worker in workers {
+        worker.await.expect("worker");
+    }
+    let all = statuses.lock().expect("statuses").clone();
+    assert!(
+        all.iter().all(|status| *status < 500),
+        "server errors: {:?}",
+        all.iter().filter(|s| **s >= 500).collect::<Vec<_>>()
+    );
+    for id in workflows.iter() {
+        let (status, answer) = call(
+            reqwest::Method::GET,
+            format!("/ojs/v1/workflows/{id}"),
+            None,
+        )
+        .await;
+        assert_eq!(status, 200, "{answer}");
+        let workflow = &answer["workflow"];
+        assert_ne!(workflow["state"], "running", "{workflow}");
+        let steps = workflow["steps"].as_array().expect("steps");
+        assert!(
+            steps
+                .iter()
+                .all(|s| s["state"] != "enqueued" && s["state"] != "waiting"),
+            "{workflow}"
+        );
+    }
+    let metrics = http
+        .get(format!("{base}/metrics"))
+        .send()
+        .await
+        .expect("metrics")
+        .text()
+        .await
+        .expect("metrics text");
+    assert!(
+        metrics.contains("pgvs3_lock_conflict_retries_total 0"),
+        "a statement hit a deadlock: {}",
+        metrics
+            .lines()
+            .filter(|l| l.contains("conflict"))
+            .collect::<Vec<_>>()
+            .join("\n")
+    );
+}

@@ -2225,3 +2225,207 @@ async fn cooperative_takeover_after_the_configured_interval() {
     assert_eq!(batch_id(&api.receive_member(q, "g", "m1", 10).await), None);
     app.stop().await;
 }
+
+// ---------------------------------------------------------------------------------------------
+// Maintenance and lock order
+
+/// The `pgvs3_lock_conflict_retries_total` counter of a server's /metrics.
+async fn conflict_retries(api: &Api) -> u64 {
+    let text = api
+        .http
+        .get(format!("{}/metrics", api.base))
+        .send()
+        .await
+        .expect("scrape /metrics")
+        .text()
+        .await
+        .expect("metrics text");
+    text.lines()
+        .find_map(|line| line.strip_prefix("pgvs3_lock_conflict_retries_total "))
+        .and_then(|n| n.trim().parse().ok())
+        .unwrap_or_else(|| panic!("no pgvs3_lock_conflict_retries_total in {text}"))
+}
+
+/// While an application holds an uncommitted append in its own transaction, maintenance passes
+/// keep running (one of them with a rotation due) and never take the exclusive stream lock, so
+/// another client's append, receive and ack each answer within a second; the held event is
+/// delivered after its commit, and the due rotation happens on a pass after that.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn writers_never_wait_on_maintenance() {
+    let app = spawn_quiet().await;
+    let api = Api::new(&app);
+    let q = "no-wait";
+    api.subscribe(q, "c", None, false).await;
+    // A segment lasts retention / 2: a rotation falls due a second after the queue began.
+    api.set_config(q, json!({"retention": "2s"})).await;
+    let (before, _) = api.append(q, "before.one", json!({})).await;
+
+    let mut held = db(&app).await;
+    let mut tx = held.begin().await.expect("begin");
+    let (held_id, _) = sql_append(&mut tx, q, "held.one").await;
+
+    let url = app.database_url.clone();
+    let passes = tokio::spawn(async move {
+        let mut conn = PgConnection::connect(&url).await.expect("connect");
+        let until = Instant::now() + Duration::from_millis(2500);
+        let mut n = 0;
+        while Instant::now() < until {
+            maintain(&mut conn).await;
+            n += 1;
+            tokio::time::sleep(Duration::from_millis(50)).await;
+        }
+        n
+    });
+    // By now the rotation is due and several passes found the stream lock held.
+    tokio::time::sleep(Duration::from_millis(1500)).await;
+    let quick = Duration::from_secs(1);
+    let (other, _) = tokio::time::timeout(quick, api.append(q, "other.one", json!({})))
+        .await
+        .expect("an append waited behind maintenance");
+    // Maintenance may have ticked `before` alone: receive and ack until `other` came.
+    let mut delivered = Vec::new();
+    while !delivered.contains(&other) {
+        assert!(delivered.len() < 2, "delivered {delivered:?}");
+        let batch = tokio::time::timeout(quick, api.receive(q, "c", 100))
+            .await
+            .expect("a receive waited behind maintenance");
+        delivered.extend(ids(&batch));
+        tokio::time::timeout(quick, api.ack(q, &batch_id(&batch).expect("batch")))
+            .await
+            .expect("an ack waited behind maintenance");
+    }
+    assert_eq!(
+        delivered,
+        vec![before, other],
+        "the open writer is not delivered"
+    );
+    let passes_run = tokio::time::timeout(Duration::from_secs(5), passes)
+        .await
+        .expect("maintenance passes waited on the open writer")
+        .expect("pass task");
+    assert!(passes_run >= 10, "only {passes_run} passes ran");
+    assert_eq!(
+        int(&api.info(q).await, "rotations"),
+        0,
+        "no rotation while a writer holds the stream lock"
+    );
+
+    tx.commit().await.expect("commit the held writer");
+    let late = api.receive(q, "c", 100).await;
+    assert_eq!(ids(&late), vec![held_id], "the held event, once committed");
+    api.ack(q, &batch_id(&late).expect("batch")).await;
+    let mut conn = db(&app).await;
+    let deadline = Instant::now() + Duration::from_secs(10);
+    while int(&api.info(q).await, "rotations") < 1 {
+        assert!(Instant::now() < deadline, "the due rotation never happened");
+        maintain(&mut conn).await;
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    assert_eq!(batch_id(&api.receive(q, "c", 100).await), None);
+    app.stop().await;
+}
+
+/// Cooperative members taking each other's batches over (receive: subscription, then batch) while
+/// they ack and nack them, and a consumer unsubscribed while its batch is acked, all take the rows
+/// in one order: no answer is a server error and no statement needed a rerun for a deadlock.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn receive_ack_nack_and_unsubscribe_take_locks_in_one_order() {
+    let app = spawn_quiet().await;
+    let api = Api::new(&app);
+    let q = "lock-order";
+    api.subscribe(q, "g", None, true).await;
+    api.set_config(q, json!({"takeover": "1ms"})).await;
+    let stop = Arc::new(AtomicBool::new(false));
+    let appender = {
+        let (api, stop) = (api.clone(), stop.clone());
+        tokio::spawn(async move {
+            // Slow enough that no tick outgrows a receive's max.
+            while !stop.load(Ordering::Relaxed) {
+                api.append_many(
+                    q,
+                    (0..5).map(|i| msg("lock.one", json!({"i": i}))).collect(),
+                )
+                .await;
+                tokio::time::sleep(Duration::from_millis(10)).await;
+            }
+        })
+    };
+    let outcomes = Arc::new(std::sync::Mutex::new(HashMap::<u16, usize>::new()));
+    let mut members = Vec::new();
+    for m in 0..4 {
+        let (api, stop, outcomes) = (api.clone(), stop.clone(), outcomes.clone());
+        members.push(tokio::spawn(async move {
+            let member = format!("m{m}");
+            let mut round = 0usize;
+            while !stop.load(Ordering::Relaxed) {
+                round += 1;
+                let (status, batch) = api
+                    .receive_raw(q, json!({"consumer": "g", "member": member, "max": 1000}))
+                    .await;
+                let mut seen = vec![status.as_u16()];
+                if let Some(id) = batch_id(&batch) {
+                    if round.is_multiple_of(3)
+                        && let Some(first) = events(&batch).first()
+                    {
+                        let (status, _) = api
+                            .post(
+                                "/ojs/v1/streams/nack",
+                                json!({"queue": q, "consumer": "g", "batch_id": id,
+                                       "message_id": first.id, "retry_after": "1s"}),
+                            )
+                            .await;
+                        seen.push(status.as_u16());
+                    }
+                    let (status, _) = api
+                        .ack_raw(json!({"queue": q, "consumer": "g", "batch_id": id}))
+                        .await;
+                    seen.push(status.as_u16());
+                }
+                let mut outcomes = outcomes.lock().expect("outcomes");
+                for status in seen {
+                    *outcomes.entry(status).or_default() += 1;
+                }
+            }
+        }));
+    }
+    tokio::time::sleep(Duration::from_secs(4)).await;
+    stop.store(true, Ordering::Relaxed);
+    appender.await.expect("appender");
+    for member in members {
+        member.await.expect("member");
+    }
+    let outcomes = outcomes.lock().expect("outcomes").clone();
+    assert!(
+        outcomes.keys().all(|status| *status < 500),
+        "server errors among {outcomes:?}"
+    );
+    assert!(
+        outcomes.get(&200).copied().unwrap_or(0) > 50,
+        "{outcomes:?}"
+    );
+
+    // Unsubscribe against ack, consumer by consumer.
+    let q = "lock-order-gone";
+    for n in 0..30 {
+        let consumer = format!("gone-{n}");
+        api.subscribe(q, &consumer, None, false).await;
+        api.append(q, "lock.two", json!({})).await;
+        let batch = api.receive(q, &consumer, 1000).await;
+        let id = batch_id(&batch).expect("a batch");
+        let ack = api.ack_raw(json!({"queue": q, "consumer": consumer, "batch_id": id}));
+        let path = format!("/ojs/v1/queues/{q}/consumers/{consumer}");
+        let unsubscribe = api.delete(&path);
+        let ((ack_status, ack_answer), (gone_status, gone_answer)) = tokio::join!(ack, unsubscribe);
+        assert!(ack_status.as_u16() < 500, "ack: {ack_status} {ack_answer}");
+        assert!(
+            gone_status.is_success(),
+            "unsubscribe: {gone_status} {gone_answer}"
+        );
+    }
+    assert_eq!(
+        conflict_retries(&api).await,
+        0,
+        "a statement hit a deadlock"
+    );
+    app.stop().await;
+}

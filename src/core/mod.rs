@@ -554,6 +554,11 @@ impl Service {
         self.store.grouping_stats()
     }
 
+    /// Statements run again after a deadlock or serialization failure (for /metrics).
+    pub fn conflict_retries(&self) -> u64 {
+        self.store.conflict_retries()
+    }
+
     /// What this gateway's maintenance passes did so far.
     pub fn maintenance_totals(&self) -> &MaintenanceTotals {
         &self.totals

@@ -27,6 +27,7 @@ pub struct Store {
     pool: PgPool,
     signals: Signals,
     grouped: std::sync::Arc<grouped::Grouped>,
+    conflict_retries: std::sync::Arc<std::sync::atomic::AtomicU64>,
 }
 
 /// One row of `s3p.job`.
@@ -342,7 +343,39 @@ impl Store {
             pool,
             signals,
             grouped,
+            conflict_retries: Default::default(),
         })
+    }
+
+    /// Runs a one-statement operation, again when PostgreSQL aborted it to break a deadlock or a
+    /// serialization conflict: the statement's transaction rolled back whole, so a rerun is safe.
+    /// Up to five tries, a few milliseconds apart; the last error is returned as it is.
+    pub(crate) async fn retry_conflicts<T, F, Fut>(&self, mut run: F) -> Result<T, sqlx::Error>
+    where
+        F: FnMut() -> Fut,
+        Fut: std::future::Future<Output = Result<T, sqlx::Error>>,
+    {
+        let mut tries = 1u64;
+        loop {
+            match run().await {
+                Err(sqlx::Error::Database(db))
+                    if tries < 5 && matches!(db.code().as_deref(), Some("40P01" | "40001")) =>
+                {
+                    tracing::warn!(error = %db, tries, "statement aborted by a lock conflict; running it again");
+                    self.conflict_retries
+                        .fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+                    tokio::time::sleep(Duration::from_millis(tries * 3)).await;
+                    tries += 1;
+                }
+                other => return other,
+            }
+        }
+    }
+
+    /// Statements run again after a deadlock or serialization failure, since start.
+    pub fn conflict_retries(&self) -> u64 {
+        self.conflict_retries
+            .load(std::sync::atomic::Ordering::Relaxed)
     }
 
     /// The connection pool.
@@ -504,12 +537,15 @@ impl Store {
         failure: &Value,
         requeue: bool,
     ) -> Result<Job, CoreError> {
-        let rows = sqlx::query_as("SELECT * FROM s3p.nack($1, $2, $3, $4)")
-            .bind(id)
-            .bind(token)
-            .bind(failure)
-            .bind(requeue)
-            .fetch_all(&self.pool)
+        let rows = self
+            .retry_conflicts(|| {
+                sqlx::query_as("SELECT * FROM s3p.nack($1, $2, $3, $4)")
+                    .bind(id)
+                    .bind(token)
+                    .bind(failure)
+                    .bind(requeue)
+                    .fetch_all(&self.pool)
+            })
             .await
             .map_err(map_db_error)?;
         self.grouped.routes().release([id]);
@@ -519,9 +555,12 @@ impl Store {
     /// `s3p.cancel`.
     #[tracing::instrument(name = "db", skip_all, fields(op = "cancel"))]
     pub async fn cancel(&self, id: Uuid) -> Result<Job, CoreError> {
-        let rows = sqlx::query_as("SELECT * FROM s3p.cancel($1)")
-            .bind(id)
-            .fetch_all(&self.pool)
+        let rows = self
+            .retry_conflicts(|| {
+                sqlx::query_as("SELECT * FROM s3p.cancel($1)")
+                    .bind(id)
+                    .fetch_all(&self.pool)
+            })
             .await
             .map_err(map_db_error)?;
         one(rows, id)
@@ -774,11 +813,13 @@ impl Store {
     /// `s3p.cancel_workflow`.
     #[tracing::instrument(name = "db", skip_all, fields(op = "cancel_workflow"))]
     pub async fn cancel_workflow(&self, id: Uuid) -> Result<Value, CoreError> {
-        sqlx::query_scalar("SELECT s3p.cancel_workflow($1)")
-            .bind(id)
-            .fetch_one(&self.pool)
-            .await
-            .map_err(map_db_error)
+        self.retry_conflicts(|| {
+            sqlx::query_scalar("SELECT s3p.cancel_workflow($1)")
+                .bind(id)
+                .fetch_one(&self.pool)
+        })
+        .await
+        .map_err(map_db_error)
     }
 
     /// `s3p.cron_register`.

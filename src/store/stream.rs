@@ -148,13 +148,15 @@ impl Store {
     /// `s3p.stream_unsubscribe`.
     #[tracing::instrument(name = "db", skip_all, fields(op = "stream_unsubscribe"))]
     pub async fn stream_unsubscribe(&self, queue: &str, consumer: &str) -> Result<(), CoreError> {
-        sqlx::query("SELECT s3p.stream_unsubscribe($1, $2)")
-            .bind(queue)
-            .bind(consumer)
-            .execute(self.pool())
-            .await
-            .map(|_| ())
-            .map_err(map_db_error)
+        self.retry_conflicts(|| {
+            sqlx::query("SELECT s3p.stream_unsubscribe($1, $2)")
+                .bind(queue)
+                .bind(consumer)
+                .execute(self.pool())
+        })
+        .await
+        .map(|_| ())
+        .map_err(map_db_error)
     }
 
     /// `s3p.stream_consumers`.
@@ -188,13 +190,16 @@ impl Store {
         member: Option<&str>,
         max: i32,
     ) -> Result<Option<Batch>, CoreError> {
-        let rows: Vec<PgRow> = sqlx::query("SELECT * FROM s3p.stream_receive($1, $2, $3, $4, $5)")
-            .bind(queue)
-            .bind(consumer)
-            .bind(member)
-            .bind(max)
-            .bind(Uuid::now_v7())
-            .fetch_all(self.pool())
+        let rows: Vec<PgRow> = self
+            .retry_conflicts(|| {
+                sqlx::query("SELECT * FROM s3p.stream_receive($1, $2, $3, $4, $5)")
+                    .bind(queue)
+                    .bind(consumer)
+                    .bind(member)
+                    .bind(max)
+                    .bind(Uuid::now_v7())
+                    .fetch_all(self.pool())
+            })
             .await
             .map_err(map_db_error)?;
         batch(&rows).map_err(map_db_error)
@@ -222,11 +227,14 @@ impl Store {
         id: Uuid,
         consumer: Option<&str>,
     ) -> Result<i64, CoreError> {
-        let (_, cursor): (String, i64) = sqlx::query_as("SELECT * FROM s3p.stream_ack($1, $2, $3)")
-            .bind(queue)
-            .bind(id)
-            .bind(consumer)
-            .fetch_one(self.pool())
+        let (_, cursor): (String, i64) = self
+            .retry_conflicts(|| {
+                sqlx::query_as("SELECT * FROM s3p.stream_ack($1, $2, $3)")
+                    .bind(queue)
+                    .bind(id)
+                    .bind(consumer)
+                    .fetch_one(self.pool())
+            })
             .await
             .map_err(map_db_error)?;
         Ok(cursor)
@@ -243,17 +251,19 @@ impl Store {
         retry_after_ms: Option<i64>,
         reason: Option<&str>,
     ) -> Result<StreamNackOutcome, CoreError> {
-        let (outcome, retry_count, due_at): (String, i32, Option<DateTime<Utc>>) =
-            sqlx::query_as("SELECT * FROM s3p.stream_nack($1, $2, $3, $4, $5, $6)")
-                .bind(queue)
-                .bind(id)
-                .bind(consumer)
-                .bind(message)
-                .bind(retry_after_ms)
-                .bind(reason)
-                .fetch_one(self.pool())
-                .await
-                .map_err(map_db_error)?;
+        let (outcome, retry_count, due_at): (String, i32, Option<DateTime<Utc>>) = self
+            .retry_conflicts(|| {
+                sqlx::query_as("SELECT * FROM s3p.stream_nack($1, $2, $3, $4, $5, $6)")
+                    .bind(queue)
+                    .bind(id)
+                    .bind(consumer)
+                    .bind(message)
+                    .bind(retry_after_ms)
+                    .bind(reason)
+                    .fetch_one(self.pool())
+            })
+            .await
+            .map_err(map_db_error)?;
         Ok(StreamNackOutcome {
             outcome,
             retry_count,
