@@ -94,25 +94,47 @@ BEGIN
 END
 $$;
 
+-- A queue's whole configuration: catalog settings and the stream's. A read: no locks, no writes,
+-- so a gateway on a hot standby serves it.
+CREATE OR REPLACE FUNCTION s3p.queue_config_view(queue text) RETURNS jsonb
+LANGUAGE plpgsql STABLE AS $$
+DECLARE
+    q s3p.queues;
+    stream record;
+BEGIN
+    SELECT * INTO q FROM s3p.queues WHERE name = queue;
+    IF NOT FOUND THEN
+        RAISE EXCEPTION 'queue % not found', queue USING ERRCODE = 'PV404';
+    END IF;
+    EXECUTE format('SELECT max_retries, retention_ms, takeover_ms FROM %I.stream_config', q.schema_name)
+        INTO stream;
+    RETURN q.settings || jsonb_build_object('max_retries', stream.max_retries, 'retention_ms', stream.retention_ms,
+                                            'takeover_ms', stream.takeover_ms);
+END
+$$;
+
 -- Reads or updates a queue's configuration. `changes` may hold job_retention_ms, max_jobs,
 -- max_stream_events (JSON null clears a quota), autovacuum (storage parameters of the jobs table),
--- max_retries and retention_ms (stream). Returns the whole configuration.
+-- max_retries, retention_ms and takeover_ms (stream). Returns the whole configuration; no changes
+-- is a read (`queue_config_view`).
 CREATE OR REPLACE FUNCTION s3p.queue_config(queue text, changes jsonb) RETURNS jsonb
 LANGUAGE plpgsql AS $$
 DECLARE
     q s3p.queues;
-    stream record;
     setting record;
     allowed text[] := ARRAY['autovacuum_enabled', 'autovacuum_vacuum_threshold',
                             'autovacuum_vacuum_scale_factor', 'autovacuum_analyze_threshold',
                             'autovacuum_analyze_scale_factor', 'autovacuum_vacuum_cost_delay',
                             'autovacuum_vacuum_cost_limit', 'fillfactor'];
 BEGIN
+    changes := coalesce(changes, '{}'::jsonb);
+    IF changes = '{}'::jsonb THEN
+        RETURN s3p.queue_config_view(queue);
+    END IF;
     SELECT * INTO q FROM s3p.queues WHERE name = queue FOR UPDATE;
     IF NOT FOUND THEN
         RAISE EXCEPTION 'queue % not found', queue USING ERRCODE = 'PV404';
     END IF;
-    changes := coalesce(changes, '{}'::jsonb);
     IF changes ? 'autovacuum' THEN
         FOR setting IN SELECT key, value FROM jsonb_each(changes->'autovacuum') LOOP
             IF NOT setting.key = ANY (allowed) THEN
@@ -123,23 +145,28 @@ BEGIN
                 RAISE EXCEPTION 'autovacuum setting % must be a number or boolean', setting.key
                     USING ERRCODE = 'PV400';
             END IF;
-            EXECUTE format('ALTER TABLE %I.jobs SET (%s = %s)', q.schema_name, setting.key, setting.value #>> '{}');
+            -- PostgreSQL checks each value's range; its refusal is the client's 400.
+            BEGIN
+                EXECUTE format('ALTER TABLE %I.jobs SET (%s = %s)', q.schema_name, setting.key, setting.value #>> '{}');
+            EXCEPTION WHEN invalid_parameter_value OR numeric_value_out_of_range OR syntax_error THEN
+                RAISE EXCEPTION 'autovacuum setting %: %', setting.key, SQLERRM USING ERRCODE = 'PV400';
+            END;
         END LOOP;
         q.settings := q.settings || jsonb_build_object('autovacuum',
             coalesce(q.settings->'autovacuum', '{}'::jsonb) || (changes->'autovacuum'));
     END IF;
     q.settings := jsonb_strip_nulls(q.settings || (changes - 'autovacuum' - 'max_retries' - 'retention_ms' - 'takeover_ms'));
     UPDATE s3p.queues SET settings = q.settings WHERE name = queue;
-    EXECUTE format('SELECT * FROM %I.stream_configure($1, $2)', q.schema_name)
-        INTO stream USING (changes->>'max_retries')::int, (changes->>'retention_ms')::bigint;
+    IF changes ? 'max_retries' OR changes ? 'retention_ms' THEN
+        EXECUTE format('SELECT * FROM %I.stream_configure($1, $2)', q.schema_name)
+            USING (changes->>'max_retries')::int, (changes->>'retention_ms')::bigint;
+    END IF;
     -- How long a cooperative member's batch stays its own before another member may take it over.
     IF changes ? 'takeover_ms' THEN
         EXECUTE format('UPDATE %I.stream_config SET takeover_ms = $1', q.schema_name)
           USING (changes->>'takeover_ms')::bigint;
     END IF;
-    EXECUTE format('SELECT takeover_ms FROM %I.stream_config', q.schema_name) INTO setting;
-    RETURN q.settings || jsonb_build_object('max_retries', stream.max_retries, 'retention_ms', stream.retention_ms,
-                                            'takeover_ms', setting.takeover_ms);
+    RETURN s3p.queue_config_view(queue);
 END
 $$;
 

@@ -559,13 +559,21 @@ LANGUAGE sql STABLE AS $fn$
 $fn$;
 
 -- Updates max_retries and/or retention; returns the config.
+-- Nothing to change is a read: no row lock, no write (a hot standby serves it).
 CREATE OR REPLACE FUNCTION __SCHEMA__.stream_configure(new_max_retries int, new_retention_ms bigint)
 RETURNS TABLE (max_retries int, retention_ms bigint)
-LANGUAGE sql AS $fn$
+LANGUAGE plpgsql AS $fn$
+BEGIN
+    IF new_max_retries IS NULL AND new_retention_ms IS NULL THEN
+        RETURN QUERY SELECT c.max_retries, c.retention_ms FROM __SCHEMA__.stream_config c;
+        RETURN;
+    END IF;
+    RETURN QUERY
     UPDATE __SCHEMA__.stream_config c
        SET max_retries = coalesce(new_max_retries, c.max_retries),
            retention_ms = coalesce(new_retention_ms, c.retention_ms)
-    RETURNING c.max_retries, c.retention_ms
+    RETURNING c.max_retries, c.retention_ms;
+END
 $fn$;
 
 -- Dead letters, oldest first.

@@ -955,3 +955,228 @@ async fn lease_lengths_past_seven_days_are_refused_over_both_protocols() {
     assert_eq!(stats["queue"]["active"], 1, "{stats}");
     assert_eq!(stats["queue"]["available"], 0, "{stats}");
 }
+
+/// Durations and times past their bounds (10 years; a time chrono and PostgreSQL can hold) are
+/// refused over both protocols, naming the field, and nothing is stored: queue retention, job
+/// retention and takeover; relative scheduled_at / expires_at (and gRPC ttl / delay_until);
+/// retry intervals and unique periods; stream nack retry_after and dead-letter purge older_than;
+/// autovacuum settings PostgreSQL refuses; NUL characters in event filters and nack reasons.
+/// Before, the config was stored and every maintenance pass then failed on that queue, and the
+/// relative times panicked with no answer at all.
+#[tokio::test]
+async fn durations_and_times_past_their_bounds_are_refused_over_both_protocols() {
+    use pgvs3::grpc::proto::pgvs3::v1 as s3;
+    use sqlx::Connection;
+    const HUGE: &str = "20000000d";
+    let app = common::spawn_app_with(|s| s.maintenance_interval = None).await;
+    let q = "bounds";
+    enqueue_ok(
+        &app,
+        &json!({"type": "bound.job", "args": [], "options": {"queue": q}}),
+    )
+    .await;
+    let config_path = format!("/ojs/v1/queues/{q}/config");
+    let before = get(&app, &config_path).await.expect_ok(200).clone();
+    for field in ["retention", "job_retention", "takeover"] {
+        let error = post_json(&app, &config_path, &json!({ field: HUGE }))
+            .await
+            .expect_error(400, "invalid_request")
+            .clone();
+        assert_eq!(error["details"]["field"], field, "{error}");
+    }
+    post_json(
+        &app,
+        &config_path,
+        &json!({"autovacuum": {"autovacuum_vacuum_scale_factor": 1e30}}),
+    )
+    .await
+    .expect_error(400, "invalid_request");
+    post_json(
+        &app,
+        &config_path,
+        &json!({"autovacuum": {"fillfactor": 5}}),
+    )
+    .await
+    .expect_error(400, "invalid_request");
+    assert_eq!(get(&app, &config_path).await.expect_ok(200), &before);
+    // The largest accepted retention still leaves the queue maintainable.
+    post_json(
+        &app,
+        &config_path,
+        &json!({"retention": "3650d", "job_retention": "3650d"}),
+    )
+    .await
+    .expect_ok(200);
+
+    for field in ["scheduled_at", "expires_at"] {
+        let body = json!({"type": "bound.job", "args": [],
+                          "options": {"queue": q, field: "+P100000000D"}});
+        let error = assert_enqueue_rejected(&app, body, 400, "invalid_request").await;
+        assert_eq!(error["details"]["field"], field, "{error}");
+    }
+    let body = json!({"type": "bound.job", "args": [],
+                      "options": {"queue": q, "retry": {"max_interval": "P100000000D"}}});
+    // Retry policies are validated as OJS validation errors (422), like every retry field.
+    assert_enqueue_rejected(&app, body, 422, "validation_error").await;
+    let body = json!({"type": "bound.job", "args": [],
+                      "options": {"queue": q, "unique": {"period": "P100000000D"}}});
+    assert_enqueue_rejected(&app, body, 400, "invalid_request").await;
+
+    // Streams: a nack's retry_after, a purge's older_than; NUL characters.
+    post_json(
+        &app,
+        &format!("/ojs/v1/queues/{q}/consumers"),
+        &json!({"consumer": "c"}),
+    )
+    .await
+    .expect_ok(201);
+    post_json(
+        &app,
+        &format!("/ojs/v1/queues/{q}/messages"),
+        &json!({"type": "bound.event", "payload": {}}),
+    )
+    .await
+    .expect_ok(201);
+    let batch = post_json(
+        &app,
+        &format!("/ojs/v1/queues/{q}/receive"),
+        &json!({"consumer": "c", "max": 10}),
+    )
+    .await
+    .expect_ok(200)
+    .clone();
+    let batch_id = batch["batch_id"].as_str().expect("batch").to_string();
+    let message_id = batch["events"][0]["id"]
+        .as_str()
+        .expect("event")
+        .to_string();
+    let nack = |extra: Value| {
+        let mut body = json!({"queue": q, "batch_id": batch_id, "message_id": message_id});
+        body.as_object_mut()
+            .expect("object")
+            .extend(extra.as_object().expect("object").clone());
+        body
+    };
+    let error = post_json(
+        &app,
+        "/ojs/v1/streams/nack",
+        &nack(json!({"retry_after": HUGE})),
+    )
+    .await
+    .expect_error(400, "invalid_request")
+    .clone();
+    assert_eq!(error["details"]["field"], "retry_after", "{error}");
+    let error = post_json(
+        &app,
+        "/ojs/v1/streams/nack",
+        &nack(json!({"reason": "a\u{0}b"})),
+    )
+    .await
+    .expect_error(400, "invalid_request")
+    .clone();
+    assert_eq!(error["details"]["field"], "reason", "{error}");
+    let error = request(
+        &app,
+        Method::DELETE,
+        &format!("/ojs/v1/queues/{q}/dlq?older_than={HUGE}"),
+        None,
+        &[],
+    )
+    .await
+    .expect_error(400, "invalid_request")
+    .clone();
+    assert_eq!(error["details"]["field"], "older_than", "{error}");
+    for filter in ["types", "job_types"] {
+        get(&app, &format!("/ojs/v1/events?{filter}=a%00b"))
+            .await
+            .expect_error(400, "invalid_request");
+    }
+
+    // gRPC: the same bounds through typed durations and times.
+    let mut ojs = app.grpc().await;
+    let huge = prost_types::Duration {
+        seconds: i64::MAX,
+        nanos: 0,
+    };
+    for options in [
+        pb::EnqueueOptions {
+            queue: q.into(),
+            ttl: Some(huge),
+            ..Default::default()
+        },
+        pb::EnqueueOptions {
+            queue: q.into(),
+            delay_until: Some(prost_types::Timestamp {
+                seconds: i64::MAX,
+                nanos: 0,
+            }),
+            ..Default::default()
+        },
+    ] {
+        let status = ojs
+            .enqueue(pb::EnqueueRequest {
+                options: Some(options),
+                ..grpc_job("bound.job")
+            })
+            .await
+            .expect_err("an unrepresentable time is refused");
+        assert_status(&status, Code::InvalidArgument, "invalid_request");
+    }
+    let channel = tonic::transport::Channel::from_shared(app.grpc_url.clone())
+        .expect("url")
+        .connect()
+        .await
+        .expect("connect gRPC");
+    let mut admin = s3::admin_service_client::AdminServiceClient::new(channel.clone());
+    let status = admin
+        .set_queue_config(s3::SetQueueConfigRequest {
+            queue: q.into(),
+            retention: Some(HUGE.into()),
+            ..Default::default()
+        })
+        .await
+        .expect_err("a huge retention is refused");
+    assert_status(&status, Code::InvalidArgument, "invalid_request");
+    let mut streams = s3::stream_service_client::StreamServiceClient::new(channel);
+    let status = streams
+        .nack(s3::NackRequest {
+            queue: q.into(),
+            batch_id: batch_id.clone(),
+            message_id: message_id.clone(),
+            retry_after: Some(HUGE.into()),
+            ..Default::default()
+        })
+        .await
+        .expect_err("a huge retry_after is refused");
+    assert_status(&status, Code::InvalidArgument, "invalid_request");
+    let status = streams
+        .purge_dead_letters(s3::PurgeDeadLettersRequest {
+            queue: q.into(),
+            older_than: HUGE.into(),
+        })
+        .await
+        .expect_err("a huge older_than is refused");
+    assert_status(&status, Code::InvalidArgument, "invalid_request");
+
+    // Nothing refused was stored, and the queue's maintenance still runs.
+    let stats = get(&app, &format!("/ojs/v1/queues/{q}/stats"))
+        .await
+        .expect_ok(200)
+        .clone();
+    assert_eq!(stats["queue"]["available"], 1, "{stats}");
+    post_json(
+        &app,
+        "/ojs/v1/streams/ack",
+        &json!({"queue": q, "batch_id": batch_id}),
+    )
+    .await
+    .expect_ok(200);
+    let mut db = sqlx::PgConnection::connect(&app.database_url)
+        .await
+        .expect("connect");
+    let ran: bool = sqlx::query_scalar("SELECT ran FROM s3p.maintain(86400000, 1000)")
+        .fetch_one(&mut db)
+        .await
+        .expect("a maintenance pass over the queue");
+    assert!(ran);
+}

@@ -78,6 +78,11 @@ impl Service {
         for queue in &query.queues {
             check_queue_name(queue)?;
         }
+        for (field, values) in [("types", &query.types), ("job_types", &query.job_types)] {
+            for value in values {
+                super::validate::check_text(field, value)?;
+            }
+        }
         let list = |v: &Vec<String>| (!v.is_empty()).then(|| v.clone());
         let events = self
             .store

@@ -195,12 +195,13 @@ fn parse_uuid(field: &str, text: &str) -> Result<Uuid, CoreError> {
 }
 
 fn duration(field: &str, text: &str) -> Result<i64, CoreError> {
-    parse_flexible_duration_ms(text).ok_or_else(|| {
+    let ms = parse_flexible_duration_ms(text).ok_or_else(|| {
         CoreError::invalid(format!(
             "{field} {text:?} is not a duration (500ms, 2s, 720h or ISO-8601 like PT2S)"
         ))
         .with_detail("field", field.into())
-    })
+    })?;
+    super::validate::bounded_duration(field, ms)
 }
 
 /// A message in its stored JSON form, validated.
@@ -393,6 +394,9 @@ impl Service {
         let delay = retry_after
             .map(|t| duration("retry_after", t))
             .transpose()?;
+        if let Some(reason) = reason {
+            super::validate::check_text("reason", reason)?;
+        }
         self.store
             .stream_nack(queue, id, consumer, message, delay, reason)
             .await

@@ -122,13 +122,36 @@ pub fn parse_lease_token(token: Option<&str>) -> Result<Option<Uuid>, CoreError>
     }
 }
 
+/// Longest duration a client may send anywhere: delays, retention, takeover, retry intervals,
+/// unique periods, stream retry_after and older_than. 10 years: beyond any schedule, and `now`
+/// plus it fits every clock type on the way (chrono, PostgreSQL intervals and timestamps).
+pub const MAX_DURATION_MS: i64 = 3650 * 86_400_000;
+
+/// A duration a client sent, at most `MAX_DURATION_MS` (else 400 invalid_request naming the field).
+pub fn bounded_duration(field: &str, ms: i64) -> Result<i64, CoreError> {
+    if ms > MAX_DURATION_MS {
+        return Err(CoreError::invalid(format!(
+            "{field} must be at most {MAX_DURATION_MS} ms (10 years), not {ms}"
+        ))
+        .with_detail("field", field.into()));
+    }
+    Ok(ms)
+}
+
 /// An absolute time or a `+PT..` duration from `now`.
 fn parse_instant(field: &str, text: &str, now: DateTime<Utc>) -> Result<DateTime<Utc>, CoreError> {
     if let Some(relative) = text.strip_prefix('+') {
         let ms = parse_duration_ms(relative).ok_or_else(|| {
             CoreError::invalid(format!("{field} {text:?} is not a +ISO-8601 duration"))
+                .with_detail("field", field.into())
         })?;
-        return Ok(now + Duration::milliseconds(ms));
+        let ms = bounded_duration(field, ms)?;
+        return now
+            .checked_add_signed(Duration::milliseconds(ms))
+            .ok_or_else(|| {
+                CoreError::invalid(format!("{field} {text:?} is out of range"))
+                    .with_detail("field", field.into())
+            });
     }
     parse_time(text).ok_or_else(|| {
         CoreError::invalid(format!(
@@ -170,11 +193,24 @@ fn not_positive(field: &str, ms: i64) -> CoreError {
 /// A duration given as ISO-8601 text under `name` or as integer ms under `name_ms`.
 fn policy_duration(policy: &Map<String, Value>, name: &str) -> Result<Option<i64>, CoreError> {
     let ms_name = format!("{name}_ms");
-    if let Some(value) = policy.get(&ms_name).filter(|v| !v.is_null()) {
-        return value.as_i64().map(Some).ok_or_else(|| {
+    let ms = if let Some(value) = policy.get(&ms_name).filter(|v| !v.is_null()) {
+        value.as_i64().map(Some).ok_or_else(|| {
             CoreError::validation(&ms_name, format!("retry.{ms_name} must be an integer"))
-        });
+        })?
+    } else {
+        policy_duration_text(policy, name)?
+    };
+    match ms {
+        Some(ms) if ms > MAX_DURATION_MS => Err(CoreError::validation(
+            name,
+            format!("retry.{name} must be at most {MAX_DURATION_MS} ms (10 years), not {ms}"),
+        )),
+        other => Ok(other),
     }
+}
+
+/// A retry duration given as ISO-8601 text (or a bare number of ms) under `name`.
+fn policy_duration_text(policy: &Map<String, Value>, name: &str) -> Result<Option<i64>, CoreError> {
     match policy.get(name) {
         None | Some(Value::Null) => Ok(None),
         Some(Value::String(text)) => parse_duration_ms(text).map(Some).ok_or_else(|| {
@@ -399,6 +435,9 @@ pub fn unique_policy(
     };
     if period_ms.is_some_and(|p| p <= 0) {
         return Err(CoreError::invalid("unique.period must be positive"));
+    }
+    if let Some(ms) = period_ms {
+        bounded_duration("unique.period", ms)?;
     }
 
     let mut canonical = Map::new();
@@ -633,7 +672,7 @@ fn duration_field(field: &str, text: &str, min_ms: i64) -> Result<i64, CoreError
                 .with_detail("field", field.into()),
         );
     }
-    Ok(ms)
+    bounded_duration(field, ms)
 }
 
 /// Validates configuration changes into the JSON `s3p.queue_config` takes.

@@ -74,8 +74,11 @@ fn duration(ms: i64) -> prost_types::Duration {
     }
 }
 
+/// Saturates instead of overflowing: the core refuses anything past its bounds.
 fn duration_ms(d: &prost_types::Duration) -> i64 {
-    d.seconds * 1000 + i64::from(d.nanos) / 1_000_000
+    d.seconds
+        .saturating_mul(1000)
+        .saturating_add(i64::from(d.nanos) / 1_000_000)
 }
 
 fn state(state: JobState) -> pb::JobState {
@@ -314,11 +317,17 @@ pub fn enqueue(request: pb::EnqueueRequest) -> Result<EnqueueJob, CoreError> {
             visibility_timeout_ms: (o.visibility_timeout_ms > 0)
                 .then_some(o.visibility_timeout_ms)
                 .or(o.visibility_timeout.as_ref().map(duration_ms)),
-            scheduled_at: o.delay_until.map(|t| {
-                let when = DateTime::<Utc>::from_timestamp(t.seconds, t.nanos.max(0) as u32)
-                    .unwrap_or_default();
-                format_time(&when)
-            }),
+            scheduled_at: o
+                .delay_until
+                .map(|t| {
+                    DateTime::<Utc>::from_timestamp(t.seconds, t.nanos.max(0) as u32)
+                        .map(|when| format_time(&when))
+                        .ok_or_else(|| {
+                            CoreError::invalid("delay_until is not a representable time")
+                                .with_detail("field", "delay_until".into())
+                        })
+                })
+                .transpose()?,
             expires_at: o
                 .ttl
                 .map(|d| format!("+{}", format_duration_ms(duration_ms(&d)))),
