@@ -318,6 +318,44 @@ async fn standby_gateway_serves_reads_and_refuses_writes_while_the_primary_write
     })
     .await
     .expect("QueueStats on the standby");
+    s3::admin_service_client::AdminServiceClient::new(channel.clone())
+        .get_queue_config(s3::GetQueueConfigRequest {
+            queue: "replicated".into(),
+        })
+        .await
+        .expect("GetQueueConfig on the standby");
+    s3::stream_service_client::StreamServiceClient::new(channel.clone())
+        .get_config(s3::GetConfigRequest {
+            queue: "replicated".into(),
+        })
+        .await
+        .expect("stream GetConfig on the standby");
+
+    // Every read route of the generated table is served on the standby: none writes (the
+    // configuration reads used to lock and update rows, which a standby refuses).
+    for op in pgvs3::http::api::HTTP_OPERATIONS
+        .iter()
+        .filter(|op| op.read_only && op.method == "GET")
+    {
+        let path = op
+            .path
+            .split('/')
+            .map(|segment| match segment {
+                "{q}" => "replicated",
+                s if s.starts_with('{') => id.as_str(),
+                s => s,
+            })
+            .collect::<Vec<_>>()
+            .join("/");
+        let (status, answer) = get(&client, &standby_base, &path).await;
+        // The job id stands in for every id; a batch or workflow of that id is not found.
+        let expected = if path.contains("/batches/") || path.contains("/workflows/") {
+            StatusCode::NOT_FOUND
+        } else {
+            StatusCode::OK
+        };
+        assert_eq!(status, expected, "{} on the standby: {answer}", op.id);
+    }
 
     // Writes on the standby are refused, over both protocols.
     for (path, body) in [
