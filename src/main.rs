@@ -68,7 +68,7 @@ async fn stop_cluster(cluster: Option<PrivateCluster>) {
 async fn migrate(args: DatabaseArgs) -> Result<(), String> {
     let (url, cluster) = database(&args).await?;
     let result = async {
-        let store = Store::connect(&url, 2, 0)
+        let store = Store::connect(&url, 2, 0, false)
             .await
             .map_err(|e| e.to_string())?;
         store.migrate().await.map_err(|e| e.to_string())?;
@@ -86,7 +86,7 @@ async fn migrate(args: DatabaseArgs) -> Result<(), String> {
 async fn maintain(args: MaintainArgs) -> Result<(), String> {
     let (url, cluster) = database(&args.database).await?;
     let result = async {
-        let store = Store::connect(&url, 2, 0)
+        let store = Store::connect(&url, 2, 0, false)
             .await
             .map_err(|e| e.to_string())?;
         store.migrate().await.map_err(|e| e.to_string())?;

@@ -112,6 +112,7 @@ pub async fn start(settings: ServerSettings) -> Result<RunningServer, StartError
         &settings.database_url,
         settings.db_pool_size,
         settings.max_queues,
+        settings.service.read_only,
     )
     .await?;
     // A hot standby cannot be written: serve it read-only, and leave migrations to the primary.
@@ -120,7 +121,8 @@ pub async fn start(settings: ServerSettings) -> Result<RunningServer, StartError
             tracing::warn!("the database is a hot standby: serving read-only");
         }
         settings.service.read_only = true;
-    } else {
+    } else if !settings.service.read_only {
+        // A read-only gateway's sessions cannot write: migrating is for the writable ones.
         store.migrate().await?;
     }
     let service = Arc::new(Service::new(store.clone(), settings.service.clone()));

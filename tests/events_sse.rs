@@ -375,7 +375,7 @@ async fn an_open_stream_holds_no_admission_slot() {
 #[tokio::test]
 async fn shutdown_ends_the_stream() {
     let (_database, url) = common::fresh_database().await;
-    let store = pgvs3::store::Store::connect(&url, 4, 0)
+    let store = pgvs3::store::Store::connect(&url, 4, 0, false)
         .await
         .expect("connect");
     store.migrate().await.expect("migrate");

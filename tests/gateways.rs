@@ -186,6 +186,51 @@ async fn grpc_raw(channel: &Channel, path: &'static str) -> Result<(), tonic::St
     .map(|_| ())
 }
 
+/// `Enqueue` sent to the gRPC route with gRPC framing but `Content-Type: application/json`:
+/// the HTTP status and the `grpc-status` (header or trailer).
+async fn disguised_grpc_enqueue(channel: &Channel, queue: &str) -> (u16, Option<String>) {
+    use http_body_util::BodyExt;
+    use prost::Message;
+    use tower::ServiceExt;
+    let message = pb::EnqueueRequest {
+        r#type: "disguised.job".into(),
+        options: Some(pb::EnqueueOptions {
+            queue: queue.into(),
+            ..Default::default()
+        }),
+        ..Default::default()
+    }
+    .encode_to_vec();
+    let mut framed = vec![0u8];
+    framed.extend_from_slice(&(message.len() as u32).to_be_bytes());
+    framed.extend_from_slice(&message);
+    let request = http::Request::post("http://gateway/ojs.v1.OJSService/Enqueue")
+        .header("content-type", "application/json")
+        .header("te", "trailers")
+        .body(tonic::body::Body::new(http_body_util::Full::new(
+            bytes::Bytes::from(framed),
+        )))
+        .expect("request");
+    let response = channel
+        .clone()
+        .oneshot(request)
+        .await
+        .expect("the disguised call is answered");
+    let status = response.status().as_u16();
+    let header = response
+        .headers()
+        .get("grpc-status")
+        .and_then(|v| v.to_str().ok())
+        .map(str::to_string);
+    let collected = response.into_body().collect().await.expect("body");
+    let trailer = collected
+        .trailers()
+        .and_then(|t| t.get("grpc-status"))
+        .and_then(|v| v.to_str().ok())
+        .map(str::to_string);
+    (status, header.or(trailer))
+}
+
 /// Sends the head and part of the body of a request to `path`, and never the rest.
 async fn hold(addr: &str, path: &str) -> tokio::net::TcpStream {
     use tokio::io::AsyncWriteExt;
@@ -802,6 +847,12 @@ async fn read_only_gateway_serves_reads_and_refuses_every_mutation() {
             assert_eq!(grpc_code(&status), "read_only", "{}", op.path);
         }
     }
+
+    // A gRPC mutation in disguise: the gRPC route and framing with another content type. The
+    // gate classifies by route, so it is refused like any gRPC mutation.
+    let (status, grpc_status) = disguised_grpc_enqueue(&ch, q).await;
+    assert_eq!(status, 200, "gRPC errors travel in a 200 with grpc-status");
+    assert_eq!(grpc_status.as_deref(), Some("7"), "PERMISSION_DENIED");
 
     // Nothing changed.
     assert_eq!(ha.state(&waiting).await, "available");
@@ -1559,4 +1610,35 @@ async fn queue_administration_over_grpc() {
         .expect_err("dropped twice");
     assert_eq!(gone.code(), tonic::Code::NotFound);
     assert!(http.queue_names().await.is_empty());
+}
+
+/// The second read-only check, independent of the gate: a read-only store's sessions refuse
+/// every write in PostgreSQL itself (`default_transaction_read_only`), answered as `read_only`.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_read_only_store_refuses_writes_by_itself() {
+    let app = common::spawn_app().await;
+    let http = Http::new(&app);
+    let existing = http.enqueue("ro-store", "ro.job").await;
+    let store = pgvs3::store::Store::connect(&app.database_url, 2, 0, true)
+        .await
+        .expect("a read-only store");
+    let error = store
+        .create_queue("ro-new")
+        .await
+        .expect_err("a write is refused");
+    assert_eq!(error.kind, pgvs3::core::ErrorKind::ReadOnly, "{error:?}");
+    let error = store
+        .cancel(existing.parse().expect("uuid"))
+        .await
+        .expect_err("a write is refused");
+    assert_eq!(error.kind, pgvs3::core::ErrorKind::ReadOnly, "{error:?}");
+    // Reads still work.
+    let job = store
+        .get_job(existing.parse().expect("uuid"))
+        .await
+        .expect("a read");
+    assert_eq!(job.state, pgvs3::core::JobState::Available);
+    store.close().await;
+    assert_eq!(http.state(&existing).await, "available");
+    assert_eq!(http.queue_names().await, vec!["ro-store".to_string()]);
 }

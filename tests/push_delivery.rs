@@ -541,7 +541,7 @@ async fn streams_end_with_unavailable_at_shutdown() {
 
     // A migrated database from the harness, served here by a router wired to a shutdown signal.
     let app = common::spawn_app().await;
-    let store = Store::connect(&app.database_url, 4, 0)
+    let store = Store::connect(&app.database_url, 4, 0, false)
         .await
         .expect("connect");
     let service = Arc::new(Service::new(store, ServiceSettings::default()));

@@ -46,9 +46,19 @@ fn path_matches(template: &str, path: &str) -> bool {
     }
 }
 
-/// Classifies a request by protocol, method and path.
+/// Whether a path is routed to the gRPC services: a method of the generated table or of a
+/// service outside our protos. Routing goes by path, so the content type must not decide.
+fn is_grpc_route(path: &str) -> bool {
+    GRPC_OPERATIONS.iter().any(|op| op.path == path)
+        || READ_ONLY_SERVICES
+            .iter()
+            .any(|prefix| path.starts_with(prefix))
+}
+
+/// Classifies a request by protocol, method and path. `grpc` (the content type says gRPC) only
+/// decides for routes in neither table, which answer as errors of that protocol.
 pub fn classify(method: &http::Method, path: &str, grpc: bool) -> Operation {
-    if grpc {
+    if grpc || is_grpc_route(path) {
         let found = GRPC_OPERATIONS.iter().find(|op| op.path == path);
         return Operation {
             protocol: Protocol::Grpc,
@@ -105,5 +115,9 @@ mod tests {
         assert!(health.read_only);
         let grpc_fetch = classify(&http::Method::POST, "/ojs.v1.OJSService/Fetch", true);
         assert!(!grpc_fetch.read_only && grpc_fetch.id.is_some());
+        // A gRPC route is gRPC whatever the content type says.
+        let disguised = classify(&http::Method::POST, "/ojs.v1.OJSService/Enqueue", false);
+        assert_eq!(disguised.protocol, Protocol::Grpc);
+        assert!(!disguised.read_only && disguised.id.is_some());
     }
 }

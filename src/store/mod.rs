@@ -319,16 +319,23 @@ fn one(rows: Vec<JobRow>, id: Uuid) -> Result<Job, CoreError> {
 impl Store {
     /// Connects a pool of `max_connections` and starts the signal listener. `max_queues` (0 =
     /// unlimited) is the server-wide namespace quota, handed to SQL as the `s3p.max_queues` setting.
+    /// `read_only` opens every session with `default_transaction_read_only`, so PostgreSQL itself
+    /// refuses any write a request could still reach (the second check behind the read-only gate).
     #[tracing::instrument(name = "db", skip_all, fields(op = "connect"))]
     pub async fn connect(
         url: &str,
         max_connections: u32,
         max_queues: i64,
+        read_only: bool,
     ) -> Result<Store, CoreError> {
+        let read_only = if read_only { "on" } else { "off" };
         let options: PgConnectOptions = url
             .parse::<PgConnectOptions>()
             .map_err(|e| CoreError::invalid(format!("DATABASE_URL is not a valid URL: {e}")))?
-            .options([("s3p.max_queues", max_queues.max(0).to_string())])
+            .options([
+                ("s3p.max_queues", max_queues.max(0).to_string()),
+                ("default_transaction_read_only", read_only.to_string()),
+            ])
             // Each queue has its own prepared statements (claim, ack) on every connection.
             .statement_cache_capacity(1024);
         let pool = PgPoolOptions::new()
