@@ -76,11 +76,15 @@ BEGIN
 END
 $$;
 
--- Schema names stay within PostgreSQL's 63-byte identifier limit: long queue names get a hash suffix.
+-- Schema names hold only [a-z0-9._-] and stay within PostgreSQL's 63-byte identifier limit: a
+-- long queue name, or one with other characters (a direct SQL caller may send any text), gets a
+-- cleaned name with a hash suffix. So the template text never meets a quote or a dollar sign.
 CREATE OR REPLACE FUNCTION s3p.schema_name_for(queue text) RETURNS text
 LANGUAGE sql IMMUTABLE AS $$
-    SELECT CASE WHEN octet_length('s3q_' || queue) <= 63 THEN 's3q_' || queue
-                ELSE 's3q_' || left(queue, 50) || '_' || left(md5(queue), 8) END
+    SELECT CASE WHEN queue ~ '^[a-z0-9][a-z0-9._-]*$' AND octet_length('s3q_' || queue) <= 63
+                THEN 's3q_' || queue
+                ELSE 's3q_' || left(regexp_replace(queue, '[^a-z0-9._-]', '_', 'g'), 50) || '_'
+                     || left(md5(queue), 8) END
 $$;
 
 -- Creates (or upgrades in place) the schema of a queue and records it in the catalog.

@@ -38,6 +38,9 @@ BEGIN
     IF quota IS NULL THEN
         RETURN;
     END IF;
+    -- Count-then-insert is exact only one writer at a time: the lock lasts until this commit, and
+    -- the next writer's count (a later snapshot) sees what this one added.
+    PERFORM pg_advisory_xact_lock(hashtext('s3p.quota.jobs:' || queue));
     EXECUTE format('SELECT count(*) FROM %I.jobs WHERE state NOT IN (''completed'', ''cancelled'', ''discarded'')',
                    coalesce(queue_schema, own_schema)) INTO present;
     IF present + adding > quota THEN

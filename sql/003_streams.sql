@@ -14,7 +14,21 @@ BEGIN
 END
 $$;
 
--- Appends messages ([{id, type, payload, headers}]); creates the queue on first use.
+-- A UUIDv7 (RFC 9562): the Unix time in ms in the first 48 bits, then version 7, the variant and
+-- random bits, so ids a SQL caller leaves out still sort by time like the server's own.
+CREATE OR REPLACE FUNCTION s3p.uuid_v7() RETURNS uuid
+LANGUAGE sql VOLATILE AS $$
+    SELECT encode(
+        set_bit(set_bit(
+            overlay(uuid_send(gen_random_uuid())
+                    PLACING substring(int8send((extract(epoch FROM clock_timestamp()) * 1000)::bigint) FROM 3)
+                    FROM 1 FOR 6),
+            52, 1), 53, 1),
+        'hex')::uuid
+$$;
+
+-- Appends messages ([{id, type, payload, headers}]; a missing id becomes a UUIDv7); creates the
+-- queue on first use.
 CREATE OR REPLACE FUNCTION s3p.stream_append(queue text, messages jsonb)
 RETURNS TABLE (event_id uuid, seq bigint)
 LANGUAGE plpgsql AS $$
@@ -25,6 +39,8 @@ DECLARE
 BEGIN
     SELECT (q.settings->>'max_stream_events')::bigint INTO quota FROM s3p.queues q WHERE q.name = queue;
     IF quota IS NOT NULL THEN
+        -- One quota-checked writer at a time until commit, so the count is exact (see check_job_quota).
+        PERFORM pg_advisory_xact_lock(hashtext('s3p.quota.stream:' || queue));
         EXECUTE format('SELECT count(*) FROM %I.stream_events', queue_schema) INTO present;
         IF present + jsonb_array_length(messages) > quota THEN
             RAISE EXCEPTION 'quota max_stream_events (%) of queue % reached: % events are retained',

@@ -180,7 +180,7 @@ BEGIN
     SELECT current_segment INTO segment_now FROM __SCHEMA__.stream_config;
     RETURN QUERY
     INSERT INTO __SCHEMA__.stream_events AS e (segment, event_id, type, payload, headers)
-    SELECT segment_now, (m->>'id')::uuid, m->>'type', m->'payload', m->'headers'
+    SELECT segment_now, coalesce((m->>'id')::uuid, s3p.uuid_v7()), m->>'type', m->'payload', m->'headers'
       FROM jsonb_array_elements(messages) WITH ORDINALITY AS t(m, n)
      ORDER BY n
     RETURNING e.event_id, e.seq;

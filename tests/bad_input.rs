@@ -1180,3 +1180,82 @@ async fn durations_and_times_past_their_bounds_are_refused_over_both_protocols()
         .expect("a maintenance pass over the queue");
     assert!(ran);
 }
+
+/// A heartbeat whose lease token is not the job's current lease answers 409 `stale_lease` /
+/// FAILED_PRECONDITION (spec/ojs.md 0.1); the current token still extends the lease.
+#[tokio::test]
+async fn heartbeat_with_a_stale_lease_token_is_a_conflict_over_both_protocols() {
+    let app = common::spawn_app().await;
+    enqueue_ok(
+        &app,
+        &json!({"type": "beat.job", "args": [], "options": {"queue": "beats"}}),
+    )
+    .await;
+    let claimed = fetch_one(&app, "beats").await;
+    let id = claimed["id"].as_str().expect("id").to_string();
+    let stale = Uuid::now_v7().to_string();
+    let beat = |token: &str| json!({"worker_id": "w", "job_id": id, "lease_token": token});
+    post_json(&app, "/ojs/v1/workers/heartbeat", &beat(&stale))
+        .await
+        .expect_error(409, "stale_lease");
+    let mut client = app.grpc().await;
+    let status = client
+        .heartbeat(pb::HeartbeatRequest {
+            worker_id: "w".into(),
+            job_ids: vec![id.clone()],
+            lease_token: stale.clone(),
+            ..Default::default()
+        })
+        .await
+        .expect_err("a stale token is refused");
+    assert_status(&status, Code::FailedPrecondition, "stale_lease");
+    assert_eq!(get_job(&app, &id).await["state"], "active");
+    let token = claimed["lease_token"].as_str().expect("token");
+    let extended = post_json(&app, "/ojs/v1/workers/heartbeat", &beat(token))
+        .await
+        .expect_ok(200)
+        .clone();
+    assert_eq!(
+        extended["jobs_extended"].as_array().map(Vec::len),
+        Some(1),
+        "{extended}"
+    );
+}
+
+/// A direct SQL caller may name a queue anything: a quote or a dollar sign in the name no longer
+/// breaks the schema template (the schema gets a cleaned, hashed name), and the queue works.
+#[tokio::test]
+async fn queue_names_with_quotes_and_dollars_are_safe_from_sql() {
+    use sqlx::Connection;
+    let app = common::spawn_app().await;
+    let mut db = sqlx::PgConnection::connect(&app.database_url)
+        .await
+        .expect("connect");
+    for name in ["it's", "a$fn$b", "Ünï côdé"] {
+        let schema: String = sqlx::query_scalar("SELECT s3p.ensure_queue_schema($1)")
+            .bind(name)
+            .fetch_one(&mut db)
+            .await
+            .unwrap_or_else(|e| panic!("{name}: {e}"));
+        assert!(
+            schema
+                .chars()
+                .all(|c| c.is_ascii_lowercase() || c.is_ascii_digit() || "._-".contains(c)),
+            "{name} -> {schema}"
+        );
+        let appended: i64 = sqlx::query_scalar(
+            "SELECT count(*) FROM s3p.stream_append($1, '[{\"type\": \"x.y\", \"payload\": {}}]')",
+        )
+        .bind(name)
+        .fetch_one(&mut db)
+        .await
+        .unwrap_or_else(|e| panic!("append to {name}: {e}"));
+        assert_eq!(appended, 1);
+        let config: Value = sqlx::query_scalar("SELECT s3p.queue_config($1, '{}')")
+            .bind(name)
+            .fetch_one(&mut db)
+            .await
+            .unwrap_or_else(|e| panic!("config of {name}: {e}"));
+        assert_eq!(config["max_retries"], 5, "{config}");
+    }
+}

@@ -213,3 +213,113 @@ async fn the_stream_quota_counts_retained_events() {
         .expect("json");
     assert_eq!(info["events"], 3, "{info}");
 }
+
+/// Quotas hold exactly under concurrent writers: 24 clients race to enqueue 4 jobs each (single
+/// enqueues, which the server groups, and batches) into a queue whose quota is 40, and 24 more to
+/// append 4 events each to a stream whose quota is 40. Exactly 40 of each are stored and every
+/// other request is refused whole with 429.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn quotas_hold_exactly_under_concurrent_writers() {
+    let app = common::spawn_app().await;
+    let http = reqwest::Client::new();
+    let base = app.http_url.clone();
+    for queue in ["race-jobs", "race-stream"] {
+        let (status, body) = post(
+            &http,
+            format!("{base}/ojs/v1/queues"),
+            json!({"name": queue}),
+        )
+        .await;
+        assert!(status == 201 || status == 200, "{body}");
+    }
+    let (status, body) = post(
+        &http,
+        format!("{base}/ojs/v1/queues/race-jobs/config"),
+        json!({"max_jobs": 40}),
+    )
+    .await;
+    assert_eq!(status, 200, "{body}");
+    let (status, body) = post(
+        &http,
+        format!("{base}/ojs/v1/queues/race-stream/config"),
+        json!({"max_stream_events": 40}),
+    )
+    .await;
+    assert_eq!(status, 200, "{body}");
+
+    let job = || json!({"type": "race.job", "args": [], "options": {"queue": "race-jobs"}});
+    let mut writers = Vec::new();
+    for n in 0..24 {
+        let (http, base) = (http.clone(), base.clone());
+        writers.push(tokio::spawn(async move {
+            let mut stored = 0u64;
+            if n % 2 == 0 {
+                // Four single enqueues at once.
+                let singles = (0..4).map(|_| post(&http, format!("{base}/ojs/v1/jobs"), job()));
+                for (status, body) in futures_util::future::join_all(singles).await {
+                    match status {
+                        201 => stored += 1,
+                        429 => assert_quota(status, &body, "max_jobs"),
+                        _ => panic!("{status}: {body}"),
+                    }
+                }
+            } else {
+                let (status, body) = post(
+                    &http,
+                    format!("{base}/ojs/v1/jobs/batch"),
+                    json!({"jobs": [job(), job(), job(), job()]}),
+                )
+                .await;
+                match status {
+                    200 | 201 => stored += 4,
+                    429 => assert_quota(status, &body, "max_jobs"),
+                    _ => panic!("{status}: {body}"),
+                }
+            }
+            let messages: Vec<Value> = (0..4)
+                .map(|i| json!({"type": "race.event", "payload": {"i": i}}))
+                .collect();
+            let (status, body) = post(
+                &http,
+                format!("{base}/ojs/v1/queues/race-stream/messages/batch"),
+                json!({ "messages": messages }),
+            )
+            .await;
+            let appended = match status {
+                200 | 201 => 4,
+                429 => {
+                    assert_quota(status, &body, "max_stream_events");
+                    0
+                }
+                _ => panic!("{status}: {body}"),
+            };
+            (stored, appended)
+        }));
+    }
+    let (mut stored, mut appended) = (0, 0);
+    for writer in writers {
+        let (s, a) = writer.await.expect("writer");
+        stored += s;
+        appended += a;
+    }
+    assert_eq!(stored, 40, "jobs accepted");
+    assert_eq!(appended, 40, "events accepted");
+    let stats: Value = http
+        .get(format!("{base}/ojs/v1/queues/race-jobs/stats"))
+        .send()
+        .await
+        .expect("stats")
+        .json()
+        .await
+        .expect("stats json");
+    assert_eq!(stats["queue"]["available"], 40, "{stats}");
+    let info: Value = http
+        .get(format!("{base}/ojs/v1/queues/race-stream/info"))
+        .send()
+        .await
+        .expect("info")
+        .json()
+        .await
+        .expect("info json");
+    assert_eq!(info["events"], 40, "{info}");
+}

@@ -2429,3 +2429,30 @@ async fn receive_ack_nack_and_unsubscribe_take_locks_in_one_order() {
     );
     app.stop().await;
 }
+
+/// A SQL caller that leaves a message's id out gets a UUIDv7 filled in: version 7, and its time
+/// prefix is the append's.
+#[tokio::test]
+async fn sql_appends_without_an_id_get_a_uuid_v7() {
+    let app = spawn_quiet().await;
+    let mut conn = db(&app).await;
+    let before = chrono::Utc::now().timestamp_millis();
+    let (id,): (Uuid,) = sqlx::query_as(
+        "SELECT event_id FROM s3p.stream_append('v7', '[{\"type\": \"no.id\", \"payload\": {}}]')",
+    )
+    .fetch_one(&mut conn)
+    .await
+    .expect("append without an id");
+    let after = chrono::Utc::now().timestamp_millis();
+    assert_eq!(id.get_version_num(), 7, "{id}");
+    let bytes = id.as_bytes();
+    let millis = bytes[..6]
+        .iter()
+        .fold(0i64, |acc, b| (acc << 8) | i64::from(*b));
+    assert!(
+        (before - 5..=after + 5).contains(&millis),
+        "{id}: {millis} not in {before}..{after}"
+    );
+    assert_eq!(bytes[8] >> 6, 0b10, "RFC 9562 variant: {id}");
+    app.stop().await;
+}

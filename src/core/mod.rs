@@ -449,6 +449,20 @@ impl Service {
                 )
                 .await?
         };
+        // spec/ojs.md 0.1: a token that is not the job's current lease is a stale lease.
+        if let (Some(token), [id], true) = (token, ids.as_slice(), extended.is_empty()) {
+            match self.store.get_job(*id).await {
+                Ok(job) if job.lease_token != Some(token) => {
+                    return Err(CoreError::new(
+                        ErrorKind::StaleLease,
+                        format!("lease token is not the current lease of job {id}"),
+                    ));
+                }
+                Ok(_) => {}
+                Err(e) if e.kind == ErrorKind::NotFound => {}
+                Err(e) => return Err(e),
+            }
+        }
         let directive = extended
             .iter()
             .map(|(_, directive, _)| match directive.as_deref() {
