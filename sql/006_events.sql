@@ -17,8 +17,55 @@ ALTER TABLE s3p.events ADD COLUMN IF NOT EXISTS state text;
 ALTER TABLE s3p.events ADD COLUMN IF NOT EXISTS attempt int;
 ALTER TABLE s3p.events ADD COLUMN IF NOT EXISTS extra jsonb;
 ALTER TABLE s3p.events ALTER COLUMN data DROP NOT NULL;
--- The trim walks the log in seq order, so a time index would only cost every insert.
+-- The trim walks the log in log order, so a time index would only cost every insert.
 DROP INDEX IF EXISTS s3p.events_time;
+
+-- Log order is (txid, seq): the writing transaction's id, then the sequence number. A reader
+-- passes only events of transactions older than every transaction still in progress (its
+-- snapshot's xmin), whose set is final, so an event whose transaction commits late is delivered
+-- later, never skipped (a seq is taken before commit, so seq order alone would skip it). Rows
+-- written before this column existed get txid 0 and come first.
+ALTER TABLE s3p.events ADD COLUMN IF NOT EXISTS txid xid8 NOT NULL DEFAULT '0';
+ALTER TABLE s3p.events ALTER COLUMN txid SET DEFAULT pg_current_xact_id();
+DO $$
+BEGIN
+    -- One index, in log order: the primary key moves from (seq) to (txid, seq).
+    IF EXISTS (SELECT 1 FROM pg_constraint c
+                WHERE c.conrelid = 's3p.events'::regclass AND c.contype = 'p'
+                  AND c.conkey = ARRAY[(SELECT a.attnum FROM pg_attribute a
+                                         WHERE a.attrelid = 's3p.events'::regclass AND a.attname = 'seq')]) THEN
+        ALTER TABLE s3p.events DROP CONSTRAINT events_pkey;
+        ALTER TABLE s3p.events ADD CONSTRAINT events_pkey PRIMARY KEY (txid, seq);
+    END IF;
+END
+$$;
+
+-- Where a reader may go up to: the oldest transaction in progress in this reader's snapshot,
+-- leaving out those still running in another database of the cluster (their events are not
+-- this log's); a transaction that ended since the snapshot counts, so the answer never passes one
+-- that may have committed events this snapshot does not see. Without any: the snapshot's xmax.
+CREATE OR REPLACE FUNCTION s3p.events_horizon() RETURNS xid8
+LANGUAGE sql STABLE AS $$
+    SELECT coalesce(
+               (SELECT min(x) FROM pg_snapshot_xip(snap.s) AS x
+                 WHERE NOT EXISTS (
+                     SELECT 1 FROM pg_stat_activity a
+                      WHERE a.backend_xid IS NOT NULL
+                        AND a.backend_xid::text = (x::text::numeric % 4294967296)::text
+                        AND a.datid <> (SELECT d.oid FROM pg_database d WHERE d.datname = current_database()))),
+               pg_snapshot_xmax(snap.s))
+      FROM (SELECT pg_current_snapshot() AS s) snap
+$$;
+
+-- The position of the newest event a reader may pass now ((0, 0) for an empty log): where a
+-- follower that wants only what happens from now on starts.
+CREATE OR REPLACE FUNCTION s3p.events_end(OUT txid bigint, OUT seq bigint)
+LANGUAGE sql STABLE AS $$
+    SELECT coalesce(max(e.txid::text::bigint), 0), coalesce(max(e.seq), 0)
+      FROM (SELECT e.txid, e.seq FROM s3p.events e, (SELECT s3p.events_horizon() AS horizon OFFSET 0) h
+             WHERE e.txid < h.horizon
+             ORDER BY e.txid DESC, e.seq DESC LIMIT 1) e
+$$;
 
 -- The standard data fields of a job's lifecycle event. STABLE like jsonb_build_object, so that
 -- it is inlined where it is called.
@@ -43,32 +90,46 @@ LANGUAGE sql STABLE AS $$
                             || coalesce(e.extra, '{}'))
 $$;
 
--- Events after a cursor, filtered (NULL = any), oldest first.
+-- Events after a cursor (after_txid, after_seq), filtered (NULL = any), in log order, up to the
+-- horizon.
 DROP FUNCTION IF EXISTS s3p.events_page(bigint, text[], text[], text[], int);
-CREATE OR REPLACE FUNCTION s3p.events_page(after bigint, types text[], queues text[], job_types text[], page_size int)
-RETURNS TABLE (seq bigint, id uuid, type text, job_id uuid, queue text, job_type text, data jsonb,
-               "time" timestamptz)
+CREATE OR REPLACE FUNCTION s3p.events_page(after_txid bigint, after_seq bigint, types text[], queues text[],
+                                           job_types text[], page_size int)
+RETURNS TABLE (txid bigint, seq bigint, id uuid, type text, job_id uuid, queue text, job_type text,
+               data jsonb, "time" timestamptz)
 LANGUAGE sql STABLE AS $$
-    SELECT e.seq, e.id, e.type, e.job_id, e.queue, e.job_type, s3p.event_row_data(e), e.time
-      FROM s3p.events e
-     WHERE e.seq > coalesce(after, 0)
+    SELECT e.txid::text::bigint, e.seq, e.id, e.type, e.job_id, e.queue, e.job_type, s3p.event_row_data(e), e.time
+      FROM s3p.events e, (SELECT s3p.events_horizon() AS horizon OFFSET 0) h
+     WHERE (e.txid, e.seq) > (coalesce(after_txid, 0)::text::xid8, coalesce(after_seq, 0))
+       AND e.txid < h.horizon
        AND (types IS NULL OR e.type = ANY (types))
        AND (queues IS NULL OR e.queue = ANY (queues))
        AND (job_types IS NULL OR e.job_type = ANY (job_types))
-     ORDER BY e.seq
+     ORDER BY e.txid, e.seq
      LIMIT page_size
 $$;
 
+-- Whether events after the cursor exist that the horizon holds back (their transactions are
+-- younger than one still in progress): a reader then waits a moment for the tail.
+CREATE OR REPLACE FUNCTION s3p.events_held(after_txid bigint, after_seq bigint) RETURNS boolean
+LANGUAGE sql STABLE AS $$
+    SELECT EXISTS (
+        SELECT 1 FROM s3p.events e, (SELECT s3p.events_horizon() AS horizon OFFSET 0) h
+         WHERE (e.txid, e.seq) > (coalesce(after_txid, 0)::text::xid8, coalesce(after_seq, 0))
+           AND e.txid >= h.horizon)
+$$;
+
 -- Removes events older than the retention, at most `batch` per call: among the oldest `batch`
--- in log order, those past the retention (time follows seq but for commits out of order, so a
+-- in log order, those past the retention (time follows log order but for commits out of order, so a
 -- straggler waits for a later pass and never makes the trim scan the whole log).
 CREATE OR REPLACE FUNCTION s3p.trim_events(retention_ms bigint, batch int) RETURNS int
 LANGUAGE plpgsql AS $$
 DECLARE
     removed int;
 BEGIN
-    DELETE FROM s3p.events WHERE seq IN (
-        SELECT o.seq FROM (SELECT e.seq, e.time FROM s3p.events e ORDER BY e.seq LIMIT batch) o
+    DELETE FROM s3p.events d WHERE (d.txid, d.seq) IN (
+        SELECT o.txid, o.seq
+          FROM (SELECT e.txid, e.seq, e.time FROM s3p.events e ORDER BY e.txid, e.seq LIMIT batch) o
          WHERE o.time < now() - make_interval(secs => retention_ms / 1000.0));
     GET DIAGNOSTICS removed = ROW_COUNT;
     RETURN removed;

@@ -212,12 +212,20 @@ impl Sse {
     }
 }
 
-fn cursor(frame: &Frame) -> i64 {
-    frame
-        .id
-        .as_deref()
-        .and_then(|id| id.parse().ok())
-        .unwrap_or_else(|| panic!("frame without a numeric id: {frame:?}"))
+/// A cursor as text (`txid-seq`) as the pair it orders by.
+fn position(text: &str) -> (i64, i64) {
+    text.split_once('-')
+        .and_then(|(txid, seq)| Some((txid.parse().ok()?, seq.parse().ok()?)))
+        .unwrap_or_else(|| panic!("{text:?} is not a txid-seq cursor"))
+}
+
+fn cursor(frame: &Frame) -> (i64, i64) {
+    position(
+        frame
+            .id
+            .as_deref()
+            .unwrap_or_else(|| panic!("frame without an id: {frame:?}")),
+    )
 }
 
 /// A job's lifecycle arrives as `job.enqueued`, `job.started`, `job.completed` frames, in order,
@@ -237,7 +245,7 @@ async fn a_jobs_lifecycle_streams_as_frames_in_order() {
     }
     let types: Vec<&str> = frames.iter().filter_map(|f| f.event.as_deref()).collect();
     assert_eq!(types, ["job.enqueued", "job.started", "job.completed"]);
-    let ids: Vec<i64> = frames.iter().map(cursor).collect();
+    let ids: Vec<(i64, i64)> = frames.iter().map(cursor).collect();
     assert!(ids.windows(2).all(|w| w[0] < w[1]), "ids increase: {ids:?}");
     for frame in &frames {
         let data = frame.json();
@@ -301,7 +309,7 @@ async fn last_event_id_resumes_after_its_cursor() {
     let fourth = api.enqueue("sse-r").await;
     let frame = live.event().await;
     assert_eq!(frame.json()["subject"], fourth.as_str(), "{frame:?}");
-    assert!(cursor(&frame) > polled[2].0.parse::<i64>().expect("cursor"));
+    assert!(cursor(&frame) > position(&polled[2].0));
     // The resumed streams see it too, right after what they already had.
     assert_eq!(resumed.event().await.json()["subject"], fourth.as_str());
     assert_eq!(explicit.event().await.json()["subject"], fourth.as_str());
@@ -420,4 +428,65 @@ async fn shutdown_ends_the_stream() {
         .expect("graceful shutdown did not wait for the stream")
         .expect("server task")
         .expect("server");
+}
+
+/// The event log never skips an event whose transaction commits late: while a transaction holds
+/// an uncommitted event (an application writing inside its own transaction), a later event that
+/// committed waits behind it, in the JSON pages and on a stream resumed with `Last-Event-ID`;
+/// once it commits, both come, the late one first.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_late_commit_is_delivered_not_skipped() {
+    use sqlx::Connection;
+    let app = common::spawn_app().await;
+    let api = Api::new(&app.http_url);
+    api.enqueue("late-log").await;
+    let before = api.cursors("queues=late-log").await;
+    assert_eq!(before.len(), 1);
+    let start = before[0].0.clone();
+
+    let mut held = sqlx::PgConnection::connect(&app.database_url)
+        .await
+        .expect("connect");
+    let mut tx = held.begin().await.expect("begin");
+    sqlx::query(
+        "INSERT INTO s3p.events (type, queue, job_type, state, attempt)
+         VALUES ('job.held', 'late-log', 'sse.test', 'available', 0)",
+    )
+    .execute(&mut *tx)
+    .await
+    .expect("an event in an open transaction");
+    let later = api.enqueue("late-log").await;
+
+    let page = api
+        .get(&format!("/ojs/v1/events?queues=late-log&after={start}"))
+        .await;
+    assert_eq!(
+        page["events"],
+        json!([]),
+        "nothing passes the open writer: {page}"
+    );
+    assert_eq!(page["cursor"], start.as_str(), "the cursor stays: {page}");
+    let mut resumed = api
+        .stream("queues=late-log", &[("last-event-id", start.as_str())])
+        .await;
+
+    tx.commit().await.expect("commit the late writer");
+    let page = api
+        .get(&format!("/ojs/v1/events?queues=late-log&after={start}"))
+        .await;
+    let types: Vec<&str> = page["events"]
+        .as_array()
+        .expect("events")
+        .iter()
+        .filter_map(|e| e["type"].as_str())
+        .collect();
+    assert_eq!(types, ["job.held", "job.enqueued"], "{page}");
+    assert_eq!(page["events"][1]["subject"], later.as_str());
+    let first = resumed.event().await;
+    assert_eq!(first.event.as_deref(), Some("job.held"), "{first:?}");
+    let second = resumed.event().await;
+    assert_eq!(second.json()["subject"], later.as_str(), "{second:?}");
+    assert!(cursor(&first) < cursor(&second));
+    drop(resumed);
+    app.stop().await;
 }

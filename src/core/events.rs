@@ -7,10 +7,28 @@ use uuid::Uuid;
 use super::validate::check_queue_name;
 use super::{CoreError, Service};
 
+/// A position in the event log, which is ordered by (writing transaction, sequence number).
+/// As text, `txid-seq`; a bare number (an older server's cursor) is a seq in txid 0.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, PartialOrd, Ord)]
+pub struct Cursor {
+    /// The transaction that wrote the event (`xid8`).
+    pub txid: i64,
+    /// The event's sequence number.
+    pub seq: i64,
+}
+
+impl std::fmt::Display for Cursor {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "{}-{}", self.txid, self.seq)
+    }
+}
+
 /// One recorded event.
 #[derive(Debug, Clone, PartialEq, sqlx::FromRow)]
 pub struct Event {
-    /// Position in the log (the cursor).
+    /// The transaction that wrote it (first part of its log position).
+    pub txid: i64,
+    /// Its sequence number (second part of its log position).
     pub seq: i64,
     /// Event id.
     pub id: Uuid,
@@ -44,6 +62,16 @@ pub struct EventQuery {
     pub limit: Option<i64>,
 }
 
+impl Event {
+    /// The event's position in the log: a cursor that resumes after it.
+    pub fn cursor(&self) -> Cursor {
+        Cursor {
+            txid: self.txid,
+            seq: self.seq,
+        }
+    }
+}
+
 /// A page of events and the cursor after it.
 #[derive(Debug, Clone)]
 pub struct EventPage {
@@ -55,14 +83,28 @@ pub struct EventPage {
     pub has_more: bool,
 }
 
+/// How long a page waits for events held behind a transaction still in progress.
+const TAIL_WAIT: std::time::Duration = std::time::Duration::from_millis(250);
+/// How often it looks again meanwhile.
+const TAIL_POLL: std::time::Duration = std::time::Duration::from_millis(5);
+
 /// The position a cursor names: absent or empty is the start of the log.
-pub fn parse_cursor(after: Option<&str>) -> Result<i64, CoreError> {
-    match after {
-        None | Some("") => Ok(0),
-        Some(text) => text.parse::<i64>().ok().filter(|n| *n >= 0).ok_or_else(|| {
+pub fn parse_cursor(after: Option<&str>) -> Result<Cursor, CoreError> {
+    let text = match after {
+        None | Some("") => return Ok(Cursor::default()),
+        Some(text) => text,
+    };
+    let number = |part: &str| part.parse::<i64>().ok().filter(|n| *n >= 0);
+    let parsed = match text.split_once('-') {
+        Some((txid, seq)) => number(txid).zip(number(seq)),
+        None => number(text).map(|seq| (0, seq)),
+    };
+    parsed
+        .map(|(txid, seq)| Cursor { txid, seq })
+        .ok_or_else(|| {
             CoreError::invalid(format!("after {text:?} is not a cursor this server issued"))
-        }),
-    }
+                .with_detail("field", "after".into())
+        })
 }
 
 impl Service {
@@ -84,21 +126,40 @@ impl Service {
             }
         }
         let list = |v: &Vec<String>| (!v.is_empty()).then(|| v.clone());
-        let events = self
-            .store
-            .events(
-                after,
-                list(&query.types),
-                list(&query.queues),
-                list(&query.job_types),
-                limit as i32,
-            )
-            .await?;
-        let cursor = events.last().map_or(after, |e| e.seq).to_string();
+        // A page stops at the horizon (see s3p.events_horizon); when events wait behind it, the
+        // tail is usually a commit away: wait a moment for it rather than answer short.
+        let deadline = tokio::time::Instant::now() + TAIL_WAIT;
+        let events = loop {
+            let events = self
+                .store
+                .events(
+                    after,
+                    list(&query.types),
+                    list(&query.queues),
+                    list(&query.job_types),
+                    limit as i32,
+                )
+                .await?;
+            let resume = events.last().map_or(after, Event::cursor);
+            if events.len() as i64 == limit
+                || tokio::time::Instant::now() >= deadline
+                || !self.store.events_held(resume).await?
+            {
+                break events;
+            }
+            tokio::time::sleep(TAIL_POLL).await;
+        };
+        let cursor = events.last().map_or(after, Event::cursor).to_string();
         Ok(EventPage {
             has_more: events.len() as i64 == limit,
             events,
             cursor,
         })
+    }
+
+    /// The position of the newest event a reader may pass now: where a follower that wants only
+    /// what happens from now on starts.
+    pub async fn events_end(&self) -> Result<Cursor, CoreError> {
+        self.store.events_end().await
     }
 }

@@ -21,7 +21,7 @@ use tokio::sync::watch;
 use tokio::time::Instant;
 use uuid::Uuid;
 
-use crate::core::events::{Event, EventQuery, parse_cursor};
+use crate::core::events::{Cursor, Event, EventQuery, parse_cursor};
 use crate::core::stream::{Batch, MAX_RECEIVE_WAIT_MS, Receive};
 use crate::core::validate::parse_job_id;
 use crate::core::{CoreError, ErrorKind, FetchJobs, Job, JobState, Service};
@@ -123,49 +123,10 @@ fn drive<P: Pump>(
     )
 }
 
-/// The sequence number of the newest event in the log (0 when empty): the cursor of a stream
-/// that only wants what happens from now on.
-pub async fn log_end(service: &Service) -> Result<i64, CoreError> {
-    newest(|after, limit| async move {
-        let page = service
-            .events(EventQuery {
-                after: Some(after.to_string()),
-                limit: Some(limit),
-                ..Default::default()
-            })
-            .await?;
-        Ok((page.events.last().map(|e| e.seq), page.has_more))
-    })
-    .await
-}
-
-/// The largest sequence number, given `page(after, limit)` answering the last sequence number of
-/// the page after `after` and whether it was full. A short log is read in one page; a long one
-/// is probed exponentially, then bisected, one event per probe.
-async fn newest<F, Fut>(mut page: F) -> Result<i64, CoreError>
-where
-    F: FnMut(i64, i64) -> Fut,
-    Fut: Future<Output = Result<(Option<i64>, bool), CoreError>>,
-{
-    // An event exists at `low` (or low = 0); none exists after `high`.
-    let mut low = 0i64;
-    let mut high: Option<i64> = None;
-    let mut probe = 0i64;
-    let mut limit = EVENT_PAGE;
-    loop {
-        let (last, full) = page(probe, limit).await?;
-        limit = 1;
-        match last {
-            None => high = Some(probe),
-            Some(last) if !full => return Ok(last),
-            Some(last) => low = last,
-        }
-        probe = match high {
-            None => low.saturating_mul(2),
-            Some(h) if h <= low => return Ok(low),
-            Some(h) => low + (h - low) / 2,
-        };
-    }
+/// The position of the newest event a reader may pass now: the cursor of a stream that only
+/// wants what happens from now on.
+pub async fn log_end(service: &Service) -> Result<Cursor, CoreError> {
+    service.events_end().await
 }
 
 // ---------------------------------------------------------------------------------------------
@@ -195,7 +156,7 @@ struct JobPump {
     worker_id: Option<String>,
     max_concurrent: usize,
     outstanding: HashMap<Uuid, Lease>,
-    cursor: i64,
+    cursor: Cursor,
     next_sweep: Instant,
 }
 
@@ -279,7 +240,7 @@ impl JobPump {
                     self.outstanding.remove(&id);
                 }
             }
-            self.cursor = page.events.last().map_or(self.cursor, |e| e.seq);
+            self.cursor = page.events.last().map_or(self.cursor, Event::cursor);
             if !page.has_more {
                 break;
             }
@@ -397,7 +358,7 @@ struct EventPump {
     service: Arc<Service>,
     filter: EventFilter,
     page: i64,
-    cursor: i64,
+    cursor: Cursor,
     next_keepalive: Instant,
     workflows: HashMap<Uuid, Option<String>>,
 }
@@ -451,7 +412,7 @@ async fn start_events(
     service: Arc<Service>,
     filter: EventFilter,
     page: i64,
-    cursor: i64,
+    cursor: Cursor,
     shutdown: Shutdown,
 ) -> Result<impl Stream<Item = Result<Pushed, CoreError>> + Send + 'static, CoreError> {
     let mut pump = EventPump {
@@ -513,7 +474,7 @@ impl EventPump {
                     limit: Some(self.page),
                 })
                 .await?;
-            self.cursor = page.events.last().map_or(self.cursor, |e| e.seq);
+            self.cursor = page.events.last().map_or(self.cursor, Event::cursor);
             for event in page.events {
                 if self.filter.job_id.is_some() && event.job_id != self.filter.job_id {
                     continue;
@@ -630,6 +591,7 @@ mod tests {
 
     fn event(event_type: &str, attempt: Option<i64>) -> Event {
         Event {
+            txid: 1,
             seq: 1,
             id: Uuid::nil(),
             event_type: event_type.to_string(),
@@ -638,35 +600,6 @@ mod tests {
             job_type: Some("t".to_string()),
             data: attempt.map_or(Value::Null, |a| serde_json::json!({ "attempt": a })),
             time: chrono::Utc::now(),
-        }
-    }
-
-    #[tokio::test]
-    async fn newest_finds_the_end_of_short_and_long_logs_with_gaps() {
-        for seqs in [
-            vec![],
-            vec![3],
-            (1..=999).collect::<Vec<i64>>(),
-            (1..=1000).collect(),
-            (1..=1001).collect(),
-            (5..=250_000).step_by(7).collect(),
-            (1..=3000).chain([9_000_000]).collect(),
-        ] {
-            let probes = std::cell::Cell::new(0);
-            let found = newest(|after, limit| {
-                probes.set(probes.get() + 1);
-                let page: Vec<i64> = seqs
-                    .iter()
-                    .copied()
-                    .filter(|s| *s > after)
-                    .take(limit as usize)
-                    .collect();
-                let full = page.len() as i64 == limit;
-                async move { Ok((page.last().copied(), full)) }
-            })
-            .await;
-            assert_eq!(found, Ok(seqs.last().copied().unwrap_or(0)), "{seqs:?}");
-            assert!(probes.get() < 80, "{} probes", probes.get());
         }
     }
 

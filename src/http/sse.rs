@@ -67,7 +67,7 @@ fn frame(item: Result<Pushed, CoreError>, request_id: &str) -> Frame {
         Ok(Pushed::Logged { event, .. }) => event,
         Err(error) => return error_frame(error, request_id),
     };
-    let mut frame = Frame::default().id(event.seq.to_string());
+    let mut frame = Frame::default().id(event.cursor().to_string());
     // A field value cannot hold a line break; the log's types never do, but a stored one that
     // did would otherwise panic the encoder. Such an event goes out under the default name.
     if !event.event_type.contains(['\r', '\n']) {

@@ -906,14 +906,15 @@ impl Store {
     #[tracing::instrument(name = "db", skip_all, fields(op = "events"))]
     pub async fn events(
         &self,
-        after: i64,
+        after: crate::core::events::Cursor,
         types: Option<Vec<String>>,
         queues: Option<Vec<String>>,
         job_types: Option<Vec<String>>,
         limit: i32,
     ) -> Result<Vec<crate::core::events::Event>, CoreError> {
-        sqlx::query_as("SELECT * FROM s3p.events_page($1, $2, $3, $4, $5)")
-            .bind(after)
+        sqlx::query_as("SELECT * FROM s3p.events_page($1, $2, $3, $4, $5, $6)")
+            .bind(after.txid)
+            .bind(after.seq)
             .bind(types)
             .bind(queues)
             .bind(job_types)
@@ -921,6 +922,27 @@ impl Store {
             .fetch_all(&self.pool)
             .await
             .map_err(map_db_error)
+    }
+
+    /// `s3p.events_held`: whether events after `after` wait behind a transaction in progress.
+    #[tracing::instrument(name = "db", skip_all, fields(op = "events_held"))]
+    pub async fn events_held(&self, after: crate::core::events::Cursor) -> Result<bool, CoreError> {
+        sqlx::query_scalar("SELECT s3p.events_held($1, $2)")
+            .bind(after.txid)
+            .bind(after.seq)
+            .fetch_one(&self.pool)
+            .await
+            .map_err(map_db_error)
+    }
+
+    /// `s3p.events_end`.
+    #[tracing::instrument(name = "db", skip_all, fields(op = "events_end"))]
+    pub async fn events_end(&self) -> Result<crate::core::events::Cursor, CoreError> {
+        let (txid, seq): (i64, i64) = sqlx::query_as("SELECT * FROM s3p.events_end()")
+            .fetch_one(&self.pool)
+            .await
+            .map_err(map_db_error)?;
+        Ok(crate::core::events::Cursor { txid, seq })
     }
 }
 
