@@ -110,8 +110,10 @@ cat >"$CONFIG" <<'TOML'
 [cache]
 enabled = false
 TOML
-# Phases: coverage (boundary and invalid values per schema), fuzzing (random positive and
-# negative inputs) and stateful (chains through inferred links, e.g. enqueue -> get/cancel).
+# Phases: coverage (boundary and invalid values per schema: the minimum/maximum of every bounded
+# number in openapi/pgvs3.yaml, and one past each), fuzzing (random positive and negative inputs,
+# strings with NUL characters included) and stateful (chains through inferred links, e.g.
+# enqueue -> get/cancel).
 # The examples phase has nothing to run (the spec carries no examples).
 # It runs in the background and is waited for, so that SIGINT/SIGTERM reach the traps at once.
 # Hypothesis keeps its caches (unicode tables, constants) under target/ instead of ./.hypothesis.
@@ -124,6 +126,7 @@ HYPOTHESIS_STORAGE_DIRECTORY=target/schemathesis-hypothesis "$VENV/bin/schemathe
     --checks not_a_server_error,status_code_conformance,content_type_conformance,response_schema_conformance \
     --continue-on-failure \
     --generation-database none \
+    --generation-allow-x00 true \
     --request-timeout 30 \
     --report junit \
     --report-junit-path "$REPORT_DIR/junit.xml" \
