@@ -89,8 +89,14 @@ pub struct ServeArgs {
     #[arg(long, env = "PGVS3_QUEUE_MAX_IN_FLIGHT", default_value_t = 256)]
     pub queue_max_in_flight: usize,
     /// Most queue namespaces this database may hold (0 = unlimited); beyond it, 429 quota_exceeded.
-    #[arg(long, env = "PGVS3_MAX_QUEUES", default_value_t = 0)]
+    /// Enqueues create queues implicitly (as OJS expects), so the default bounds what a client can
+    /// make the database and every maintenance pass carry.
+    #[arg(long, env = "PGVS3_MAX_QUEUES", default_value_t = 1000)]
     pub max_queues: i64,
+    /// Most long-lived streams (server-sent events, gRPC server streams) open at once; beyond it,
+    /// 429 / RESOURCE_EXHAUSTED.
+    #[arg(long, env = "PGVS3_MAX_STREAMS", default_value_t = 1000)]
+    pub max_streams: usize,
     /// Largest request body or gRPC message accepted, bytes.
     #[arg(long, env = "PGVS3_MAX_BODY_BYTES", default_value_t = 1_048_576)]
     pub max_body_bytes: usize,

@@ -173,6 +173,7 @@ async fn serve(args: ServeArgs) -> Result<(), String> {
             default_visibility_timeout_ms: args.visibility_timeout_ms,
             require_lease_token: args.require_lease_token,
             read_only: args.read_only,
+            max_streams: args.max_streams,
             ..ServiceSettings::default()
         },
     };

@@ -147,6 +147,12 @@ async fn scrape(State(state): State<MetricsState>) -> Response {
         "pgvs3_lock_conflict_retries_total {}",
         state.service.conflict_retries()
     );
+    let _ = writeln!(
+        out,
+        "# HELP pgvs3_open_streams Long-lived streams (server-sent events, gRPC server streams) open now."
+    );
+    let _ = writeln!(out, "# TYPE pgvs3_open_streams gauge");
+    let _ = writeln!(out, "pgvs3_open_streams {}", state.service.open_streams());
     match state.service.metrics_snapshot().await {
         Ok((snapshot, (open, idle))) => {
             render_queues(&snapshot, &mut out);

@@ -49,7 +49,7 @@ impl ServerSettings {
             grpc_listen: None,
             database_url: database_url.to_string(),
             db_pool_size: 16,
-            max_queues: 0,
+            max_queues: 1000,
             max_in_flight: 1024,
             queue_max_in_flight: 256,
             max_body_bytes: 1_048_576,

@@ -490,3 +490,45 @@ async fn a_late_commit_is_delivered_not_skipped() {
     drop(resumed);
     app.stop().await;
 }
+
+/// Long-lived streams count against `max_streams` over both protocols: past it a new server-sent
+/// event stream is 429 `rate_limited` and a gRPC server stream RESOURCE_EXHAUSTED; closing one
+/// frees its place.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn open_streams_are_capped_over_both_protocols() {
+    let app = common::spawn_app_with(|s| s.service.max_streams = 2).await;
+    let api = Api::new(&app.http_url);
+    let first = api.stream("queues=cap", &[]).await;
+    let mut ojs = app.grpc().await;
+    let second = ojs
+        .stream_events(pgvs3::grpc::proto::ojs::v1::StreamEventsRequest::default())
+        .await
+        .expect("a second stream fits");
+    let refused = api.open("queues=cap", &[]).await;
+    assert_eq!(refused.status(), StatusCode::TOO_MANY_REQUESTS);
+    let body: Value = refused.json().await.expect("error envelope");
+    assert_eq!(body["error"]["code"], "rate_limited", "{body}");
+    let status = ojs
+        .stream_events(pgvs3::grpc::proto::ojs::v1::StreamEventsRequest::default())
+        .await
+        .expect_err("a third stream is refused");
+    assert_eq!(status.code(), tonic::Code::ResourceExhausted, "{status:?}");
+
+    drop(first);
+    // The server notices the closed connection on its next write (a keepalive at the latest);
+    // the place is free once it has.
+    let deadline = tokio::time::Instant::now() + Duration::from_secs(30);
+    loop {
+        let again = api.open("queues=cap", &[]).await;
+        if again.status() == StatusCode::OK {
+            break;
+        }
+        assert!(
+            tokio::time::Instant::now() < deadline,
+            "the closed stream's place never freed"
+        );
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    }
+    drop(second);
+    app.stop().await;
+}

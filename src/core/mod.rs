@@ -45,6 +45,9 @@ pub struct ServiceSettings {
     pub maintenance_batch: i32,
     /// Most jobs one batch enqueue may carry.
     pub max_batch_jobs: usize,
+    /// Most long-lived streams open at once (server-sent events, gRPC server streams); beyond
+    /// it a new one is refused with 429 / RESOURCE_EXHAUSTED.
+    pub max_streams: usize,
 }
 
 impl Default for ServiceSettings {
@@ -59,6 +62,7 @@ impl Default for ServiceSettings {
             job_retention_ms: 86_400_000,
             maintenance_batch: 1000,
             max_batch_jobs: 1000,
+            max_streams: 1000,
         }
     }
 }
@@ -105,6 +109,16 @@ pub struct Service {
     settings: ServiceSettings,
     started: Instant,
     totals: MaintenanceTotals,
+    open_streams: std::sync::Arc<std::sync::atomic::AtomicUsize>,
+}
+
+/// One open long-lived stream, counted against `max_streams` until dropped.
+pub struct StreamSlot(std::sync::Arc<std::sync::atomic::AtomicUsize>);
+
+impl Drop for StreamSlot {
+    fn drop(&mut self) {
+        self.0.fetch_sub(1, std::sync::atomic::Ordering::AcqRel);
+    }
 }
 
 /// Running totals of what this gateway's maintenance passes did (for /metrics).
@@ -130,7 +144,31 @@ impl Service {
             settings,
             started: Instant::now(),
             totals: MaintenanceTotals::default(),
+            open_streams: Default::default(),
         }
+    }
+
+    /// A slot for a new long-lived stream, or 429 when `max_streams` are open already.
+    pub fn stream_slot(&self) -> Result<StreamSlot, CoreError> {
+        let open = self
+            .open_streams
+            .fetch_add(1, std::sync::atomic::Ordering::AcqRel);
+        let slot = StreamSlot(self.open_streams.clone());
+        if open >= self.settings.max_streams {
+            return Err(CoreError::new(
+                ErrorKind::RateLimited,
+                format!(
+                    "{} long-lived streams are open, the most this server keeps; retry later",
+                    self.settings.max_streams
+                ),
+            ));
+        }
+        Ok(slot)
+    }
+
+    /// Long-lived streams open now (for /metrics).
+    pub fn open_streams(&self) -> usize {
+        self.open_streams.load(std::sync::atomic::Ordering::Acquire)
     }
 
     /// The settings in force.

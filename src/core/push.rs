@@ -24,7 +24,7 @@ use uuid::Uuid;
 use crate::core::events::{Cursor, Event, EventQuery, parse_cursor};
 use crate::core::stream::{Batch, MAX_RECEIVE_WAIT_MS, Receive};
 use crate::core::validate::parse_job_id;
-use crate::core::{CoreError, ErrorKind, FetchJobs, Job, JobState, Service};
+use crate::core::{CoreError, ErrorKind, FetchJobs, Job, JobState, Service, StreamSlot};
 
 /// How often a `StreamJobs` stream at its cap looks for acks, nacks and cancels in the event log.
 pub const SETTLE_INTERVAL: Duration = Duration::from_millis(250);
@@ -92,22 +92,24 @@ trait Pump: Send + 'static {
 }
 
 /// The stream of a pump's items, starting with `first`; ends after an error or at shutdown.
+/// The stream holds `slot` (its place under `max_streams`) until it is dropped.
 fn drive<P: Pump>(
     pump: P,
     first: Vec<P::Item>,
     shutdown: Shutdown,
+    slot: StreamSlot,
 ) -> impl Stream<Item = Result<P::Item, CoreError>> + Send + 'static {
-    let state = (pump, VecDeque::from(first), shutdown, false);
+    let state = ((pump, slot), VecDeque::from(first), shutdown, false);
     futures_util::stream::unfold(
         state,
-        |(mut pump, mut ready, mut shutdown, done)| async move {
+        |((mut pump, slot), mut ready, mut shutdown, done)| async move {
             if done {
                 return None;
             }
             loop {
                 // What was already produced (claimed jobs) is handed over before anything else.
                 if let Some(item) = ready.pop_front() {
-                    return Some((Ok(item), (pump, ready, shutdown, false)));
+                    return Some((Ok(item), ((pump, slot), ready, shutdown, false)));
                 }
                 let stepped = tokio::select! {
                     biased;
@@ -116,7 +118,7 @@ fn drive<P: Pump>(
                 };
                 match stepped {
                     Ok(items) => ready.extend(items),
-                    Err(e) => return Some((Err(e), (pump, ready, shutdown, true))),
+                    Err(e) => return Some((Err(e), ((pump, slot), ready, shutdown, true))),
                 }
             }
         },
@@ -178,6 +180,7 @@ pub async fn jobs(
             .with_detail("field", "max_concurrent".into()));
         }
     };
+    let slot = service.stream_slot()?;
     let cursor = log_end(&service).await?;
     let mut pump = JobPump {
         service,
@@ -189,7 +192,7 @@ pub async fn jobs(
         next_sweep: Instant::now(),
     };
     let first = pump.claim(0).await?;
-    Ok(drive(pump, first, shutdown))
+    Ok(drive(pump, first, shutdown, slot))
 }
 
 impl JobPump {
@@ -415,6 +418,7 @@ async fn start_events(
     cursor: Cursor,
     shutdown: Shutdown,
 ) -> Result<impl Stream<Item = Result<Pushed, CoreError>> + Send + 'static, CoreError> {
+    let slot = service.stream_slot()?;
     let mut pump = EventPump {
         service,
         filter,
@@ -424,7 +428,7 @@ async fn start_events(
         workflows: HashMap::new(),
     };
     let (first, _) = pump.poll().await?;
-    Ok(drive(pump, first, shutdown))
+    Ok(drive(pump, first, shutdown, slot))
 }
 
 /// The workflow id an event names in its data, if any.
@@ -534,6 +538,7 @@ pub async fn batches(
     receive: Receive,
     shutdown: Shutdown,
 ) -> Result<impl Stream<Item = Result<Batch, CoreError>> + Send + 'static, CoreError> {
+    let slot = service.stream_slot()?;
     let mut pump = BatchPump {
         service,
         queue,
@@ -543,7 +548,7 @@ pub async fn batches(
         sent: None,
     };
     let first = pump.receive(0).await?;
-    Ok(drive(pump, first, shutdown))
+    Ok(drive(pump, first, shutdown, slot))
 }
 
 impl BatchPump {
