@@ -359,15 +359,18 @@ $$;
 -- Queue namespaces, by name.
 DROP FUNCTION IF EXISTS s3p.list_queues();
 DROP FUNCTION IF EXISTS s3p.list_queues(boolean);
--- Every queue; with `count_available`, also the jobs a fetch could claim now (a count per queue,
--- so only when asked).
-CREATE OR REPLACE FUNCTION s3p.list_queues(count_available boolean)
+-- Queues by name after `after` (NULL: from the first), at most `page_size` (NULL: all); with
+-- `count_available`, also the jobs a fetch could claim now (a count per listed queue, so only when
+-- asked).
+CREATE OR REPLACE FUNCTION s3p.list_queues(count_available boolean, after text DEFAULT NULL,
+                                           page_size int DEFAULT NULL)
 RETURNS TABLE (name text, paused boolean, created_at timestamptz, available bigint)
 LANGUAGE plpgsql STABLE AS $$
 DECLARE
     q s3p.queues;
 BEGIN
-    FOR q IN SELECT * FROM s3p.queues ORDER BY s3p.queues.name LOOP
+    FOR q IN SELECT * FROM s3p.queues WHERE after IS NULL OR s3p.queues.name > after
+              ORDER BY s3p.queues.name LIMIT page_size LOOP
         name := q.name;
         paused := q.paused;
         created_at := q.created_at;

@@ -486,7 +486,10 @@ async fn read_only_gateway_serves_reads_and_refuses_every_mutation() {
         .await
         .expect("stream config");
     let listed = streams
-        .list_consumers(s3::ListConsumersRequest { queue: q.into() })
+        .list_consumers(s3::ListConsumersRequest {
+            queue: q.into(),
+            ..Default::default()
+        })
         .await
         .expect("consumers")
         .into_inner();
@@ -1643,4 +1646,163 @@ async fn a_read_only_store_refuses_writes_by_itself() {
     store.close().await;
     assert_eq!(http.state(&existing).await, "available");
     assert_eq!(http.queue_names().await, vec!["ro-store".to_string()]);
+}
+
+// ---------------------------------------------------------------------------------------------
+// Pagination
+
+/// Walks an HTTP list route a page of `limit` at a time; returns every name in page order.
+async fn walk_http(http: &Http, path: &str, field: &str, name: &str, limit: i64) -> Vec<String> {
+    let mut cursor = String::new();
+    let mut names = Vec::new();
+    for _ in 0..20 {
+        let page = http
+            .ok_get(&format!("{path}?limit={limit}&cursor={cursor}"))
+            .await;
+        let items = page[field].as_array().expect("items");
+        assert!(items.len() as i64 <= limit, "{page}");
+        names.extend(
+            items
+                .iter()
+                .map(|i| i[name].as_str().expect("name").to_string()),
+        );
+        let pagination = &page["pagination"];
+        assert_eq!(pagination["limit"], limit, "{page}");
+        match pagination["next_cursor"].as_str() {
+            Some(next) => {
+                assert_eq!(pagination["has_more"], true, "{page}");
+                cursor = next.to_string();
+            }
+            None => {
+                assert_eq!(pagination["has_more"], false, "{page}");
+                assert_eq!(pagination["total"], names.len(), "{page}");
+                return names;
+            }
+        }
+    }
+    panic!("{path} never reached its last page");
+}
+
+/// Queues, consumers and cron registrations are listed a page at a time over both protocols: in
+/// name order, each entry once, `limit` at most per page, a cursor to the next page; a bad limit
+/// is 400 / INVALID_ARGUMENT.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn lists_that_grow_with_use_are_paginated_over_both_protocols() {
+    let app = common::spawn_app().await;
+    let http = Http::new(&app);
+    let queues: Vec<String> = (0..7).map(|i| format!("page-q{i}")).collect();
+    for q in &queues {
+        http.ok_post("/ojs/v1/queues", json!({ "name": q })).await;
+    }
+    let consumers: Vec<String> = (0..5).map(|i| format!("c{i}")).collect();
+    for c in &consumers {
+        http.ok_post("/ojs/v1/queues/page-q0/consumers", json!({ "consumer": c }))
+            .await;
+    }
+    let crons: Vec<String> = (0..4).map(|i| format!("cron-{i}")).collect();
+    for name in &crons {
+        http.ok_post(
+            "/ojs/v1/cron",
+            json!({"name": name, "expression": "0 0 * * *",
+                   "job_template": {"type": "page.job", "args": []}}),
+        )
+        .await;
+    }
+
+    assert_eq!(
+        walk_http(&http, "/ojs/v1/queues", "queues", "name", 3).await,
+        queues
+    );
+    assert_eq!(
+        walk_http(
+            &http,
+            "/ojs/v1/queues/page-q0/consumers",
+            "consumers",
+            "consumer",
+            2
+        )
+        .await,
+        consumers
+    );
+    assert_eq!(
+        walk_http(&http, "/ojs/v1/cron", "cron_jobs", "name", 3).await,
+        crons
+    );
+    for path in [
+        "/ojs/v1/queues?limit=1001",
+        "/ojs/v1/cron?limit=-1",
+        "/ojs/v1/queues/page-q0/consumers?limit=5000",
+    ] {
+        let (status, answer) = http.get(path).await;
+        assert_eq!(status, StatusCode::BAD_REQUEST, "{path}: {answer}");
+    }
+
+    let ch = channel(&app).await;
+    let mut ojs = pb::ojs_service_client::OjsServiceClient::new(ch.clone());
+    let mut streams = s3::stream_service_client::StreamServiceClient::new(ch);
+    let (mut seen_queues, mut seen_consumers, mut seen_crons) =
+        (Vec::new(), Vec::new(), Vec::new());
+    let mut cursor = String::new();
+    loop {
+        let page = ojs
+            .list_queues(pb::ListQueuesRequest {
+                limit: 3,
+                cursor: cursor.clone(),
+            })
+            .await
+            .expect("ListQueues")
+            .into_inner();
+        assert!(page.queues.len() <= 3);
+        seen_queues.extend(page.queues.into_iter().map(|q| q.name));
+        if page.next_cursor.is_empty() {
+            break;
+        }
+        cursor = page.next_cursor;
+    }
+    cursor = String::new();
+    loop {
+        let page = streams
+            .list_consumers(s3::ListConsumersRequest {
+                queue: "page-q0".into(),
+                limit: 2,
+                cursor: cursor.clone(),
+            })
+            .await
+            .expect("ListConsumers")
+            .into_inner();
+        assert!(page.consumers.len() <= 2);
+        seen_consumers.extend(page.consumers.into_iter().map(|c| c.consumer));
+        if page.next_cursor.is_empty() {
+            break;
+        }
+        cursor = page.next_cursor;
+    }
+    cursor = String::new();
+    loop {
+        let page = ojs
+            .list_cron(pb::ListCronRequest {
+                limit: 3,
+                cursor: cursor.clone(),
+            })
+            .await
+            .expect("ListCron")
+            .into_inner();
+        assert!(page.entries.len() <= 3);
+        seen_crons.extend(page.entries.into_iter().map(|c| c.name));
+        if page.next_cursor.is_empty() {
+            break;
+        }
+        cursor = page.next_cursor;
+    }
+    assert_eq!(seen_queues, queues);
+    assert_eq!(seen_consumers, consumers);
+    assert_eq!(seen_crons, crons);
+    let status = ojs
+        .list_queues(pb::ListQueuesRequest {
+            limit: 1001,
+            cursor: String::new(),
+        })
+        .await
+        .expect_err("a page over the bound");
+    assert_eq!(status.code(), tonic::Code::InvalidArgument);
 }

@@ -338,6 +338,7 @@ impl Client {
             Client::Grpc(grpc) => Ok(grpc
                 .list_consumers(pb::ListConsumersRequest {
                     queue: QUEUE.into(),
+                    ..Default::default()
                 })
                 .await
                 .map_err(grpc_error)?

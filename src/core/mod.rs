@@ -5,6 +5,7 @@ pub mod cron;
 pub mod error;
 pub mod events;
 pub mod job;
+pub mod page;
 pub mod push;
 pub mod stream;
 pub mod time;
@@ -665,8 +666,30 @@ impl Service {
         self.store.queue_config(queue, &row).await
     }
 
-    /// Every queue namespace; with `count_available`, each with the jobs a fetch could claim now.
-    pub async fn list_queues(&self, count_available: bool) -> Result<Vec<QueueSummary>, CoreError> {
-        self.store.list_queues(count_available).await
+    /// A page of queue namespaces in name order; with `count_available`, each with the jobs a
+    /// fetch could claim now.
+    pub async fn list_queues(
+        &self,
+        count_available: bool,
+        page: &page::PageRequest,
+    ) -> Result<page::Page<QueueSummary>, CoreError> {
+        let spec = page.check()?;
+        let mut queues = self
+            .store
+            .list_queues(count_available, spec.after.as_deref(), Some(spec.limit + 1))
+            .await?;
+        let total = self.store.count_queues().await?;
+        Ok(spec.finish(&mut queues, total, |q| q.name.as_str()))
+    }
+
+    /// One queue namespace's summary.
+    pub async fn queue_summary(&self, queue: &str) -> Result<QueueSummary, CoreError> {
+        validate::check_queue_name(queue)?;
+        self.store
+            .list_queues(false, None, None)
+            .await?
+            .into_iter()
+            .find(|q| q.name == queue)
+            .ok_or_else(|| CoreError::not_found("queue", queue))
     }
 }

@@ -295,9 +295,16 @@ impl Service {
     }
 
     /// Consumers with cursors and active batches.
-    pub async fn consumers(&self, queue: &str) -> Result<Vec<ConsumerInfo>, CoreError> {
+    pub async fn consumers(
+        &self,
+        queue: &str,
+        page: &super::page::PageRequest,
+    ) -> Result<super::page::Page<ConsumerInfo>, CoreError> {
         check_queue_name(queue)?;
-        self.store.stream_consumers(queue).await
+        let spec = page.check()?;
+        let mut all = self.store.stream_consumers(queue).await?;
+        all.sort_by(|a, b| a.name.cmp(&b.name));
+        Ok(spec.cut(all, |c| c.name.as_str()))
     }
 
     /// The next batch (or the active one again); `None` when nothing is there, after waiting up to

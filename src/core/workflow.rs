@@ -311,9 +311,14 @@ impl Service {
         self.store.unregister_cron(name).await
     }
 
-    /// Every cron job.
-    pub async fn list_crons(&self) -> Result<Vec<CronEntry>, CoreError> {
-        self.store.list_crons().await
+    /// A page of cron registrations in name order.
+    pub async fn list_crons(
+        &self,
+        page: &super::page::PageRequest,
+    ) -> Result<super::page::Page<CronEntry>, CoreError> {
+        let spec = page.check()?;
+        let all = self.store.list_crons().await?;
+        Ok(spec.cut(all, |c| c.name.as_str()))
     }
 
     /// Fires every due cron slot (each exactly once across gateways); returns how many jobs it

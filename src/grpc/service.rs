@@ -379,11 +379,17 @@ impl OjsService for GrpcAdapter {
         request: Request<pb::ListQueuesRequest>,
     ) -> Result<Response<pb::ListQueuesResponse>, Status> {
         let id = request_id(&request);
-        let result = self.service.list_queues(true).await;
+        let r = request.into_inner();
+        let page = crate::core::page::PageRequest {
+            limit: Some(i64::from(r.limit)),
+            cursor: Some(r.cursor),
+        };
+        let result = self.service.list_queues(true, &page).await;
         answer(
             &id,
-            result.map(|queues| pb::ListQueuesResponse {
-                queues: queues
+            result.map(|page| pb::ListQueuesResponse {
+                queues: page
+                    .items
                     .iter()
                     .map(|q| pb::QueueInfo {
                         name: q.name.clone(),
@@ -392,7 +398,7 @@ impl OjsService for GrpcAdapter {
                         created_at: Some(convert::created_at(&q.created_at)),
                     })
                     .collect(),
-                next_cursor: String::new(),
+                next_cursor: page.next_cursor.unwrap_or_default(),
             }),
         )
     }
@@ -582,11 +588,17 @@ impl OjsService for GrpcAdapter {
         request: Request<pb::ListCronRequest>,
     ) -> Result<Response<pb::ListCronResponse>, Status> {
         let id = request_id(&request);
-        let result = self.service.list_crons().await;
+        let r = request.into_inner();
+        let page = crate::core::page::PageRequest {
+            limit: Some(i64::from(r.limit)),
+            cursor: Some(r.cursor),
+        };
+        let result = self.service.list_crons(&page).await;
         answer(
             &id,
-            result.map(|entries| pb::ListCronResponse {
-                entries: entries.iter().map(convert::cron_entry).collect(),
+            result.map(|page| pb::ListCronResponse {
+                entries: page.items.iter().map(convert::cron_entry).collect(),
+                next_cursor: page.next_cursor.unwrap_or_default(),
             }),
         )
     }

@@ -206,11 +206,17 @@ impl StreamService for StreamAdapter {
     ) -> Result<Response<pb::ListConsumersResponse>, Status> {
         let id = request_id(&request);
         admit_queues(request.extensions(), &id, [request.get_ref().queue.clone()])?;
-        let result = self.service.consumers(&request.into_inner().queue).await;
+        let r = request.into_inner();
+        let page = crate::core::page::PageRequest {
+            limit: Some(i64::from(r.limit)),
+            cursor: Some(r.cursor),
+        };
+        let result = self.service.consumers(&r.queue, &page).await;
         answer(
             &id,
-            result.map(|list| pb::ListConsumersResponse {
-                consumers: list.iter().map(consumer).collect(),
+            result.map(|page| pb::ListConsumersResponse {
+                consumers: page.items.iter().map(consumer).collect(),
+                next_cursor: page.next_cursor.unwrap_or_default(),
             }),
         )
     }

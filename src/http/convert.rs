@@ -491,3 +491,19 @@ pub fn ack_outcome(
         },
     }
 }
+
+/// A page request from `limit` and `cursor` query parameters.
+pub fn page_request(limit: Option<i64>, cursor: Option<String>) -> crate::core::page::PageRequest {
+    crate::core::page::PageRequest { limit, cursor }
+}
+
+/// The `pagination` object of a page.
+pub fn pagination<T>(page: &crate::core::page::Page<T>) -> types::Pagination {
+    types::Pagination {
+        total: page.total,
+        has_more: page.next_cursor.is_some(),
+        limit: Some(page.limit),
+        offset: None,
+        next_cursor: page.next_cursor.clone(),
+    }
+}

@@ -244,11 +244,19 @@ impl api::HttpApi for HttpAdapter {
         Ok(api::NackJobResponse::Ok(convert::nack_response(&job)))
     }
 
-    async fn list_queues(&self, _ctx: RequestContext) -> Result<api::ListQueuesResponse, ApiError> {
-        let queues = self.service.list_queues(false).await?;
-        let total = queues.len() as i64;
+    async fn list_queues(
+        &self,
+        _ctx: RequestContext,
+        query: api::ListQueuesQuery,
+    ) -> Result<api::ListQueuesResponse, ApiError> {
+        let page = self
+            .service
+            .list_queues(false, &convert::page_request(query.limit, query.cursor))
+            .await?;
+        let pagination = convert::pagination(&page);
         Ok(api::ListQueuesResponse::Ok(types::QueueList {
-            queues: queues
+            queues: page
+                .items
                 .into_iter()
                 .map(|q| types::QueueSummary {
                     name: q.name,
@@ -256,13 +264,7 @@ impl api::HttpApi for HttpAdapter {
                     created_at: format_time(&q.created_at),
                 })
                 .collect(),
-            pagination: types::Pagination {
-                total,
-                has_more: false,
-                limit: None,
-                offset: None,
-                next_cursor: None,
-            },
+            pagination,
         }))
     }
 
@@ -411,10 +413,15 @@ impl api::HttpApi for HttpAdapter {
         &self,
         _ctx: RequestContext,
         q: String,
+        query: api::ListConsumersQuery,
     ) -> Result<api::ListConsumersResponse, ApiError> {
-        let consumers = self.service.consumers(&q).await?;
+        let page = self
+            .service
+            .consumers(&q, &convert::page_request(query.limit, query.cursor))
+            .await?;
         Ok(api::ListConsumersResponse::Ok(types::ConsumerList {
-            consumers: consumers.iter().map(convert::consumer).collect(),
+            consumers: page.items.iter().map(convert::consumer).collect(),
+            pagination: convert::pagination(&page),
         }))
     }
 
@@ -546,13 +553,7 @@ impl api::HttpApi for HttpAdapter {
         body: types::CreateQueueRequest,
     ) -> Result<api::CreateQueueResponse, ApiError> {
         let created = self.service.create_queue(&body.name).await?;
-        let queue = self
-            .service
-            .list_queues(false)
-            .await?
-            .into_iter()
-            .find(|q| q.name == body.name)
-            .ok_or_else(|| crate::core::CoreError::not_found("queue", &body.name))?;
+        let queue = self.service.queue_summary(&body.name).await?;
         let envelope = types::QueueEnvelope {
             queue: types::QueueSummary {
                 name: queue.name,
@@ -678,22 +679,18 @@ impl api::HttpApi for HttpAdapter {
         }))
     }
 
-    async fn list_cron(&self, _ctx: RequestContext) -> Result<api::ListCronResponse, ApiError> {
-        let entries: Vec<_> = self
+    async fn list_cron(
+        &self,
+        _ctx: RequestContext,
+        query: api::ListCronQuery,
+    ) -> Result<api::ListCronResponse, ApiError> {
+        let page = self
             .service
-            .list_crons()
-            .await?
-            .iter()
-            .map(convert::cron)
-            .collect();
+            .list_crons(&convert::page_request(query.limit, query.cursor))
+            .await?;
+        let entries: Vec<_> = page.items.iter().map(convert::cron).collect();
         Ok(api::ListCronResponse::Ok(types::CronList {
-            pagination: types::Pagination {
-                total: entries.len() as i64,
-                has_more: false,
-                limit: None,
-                offset: None,
-                next_cursor: None,
-            },
+            pagination: convert::pagination(&page),
             cron_jobs: entries.clone(),
             crons: entries,
         }))

@@ -766,13 +766,21 @@ impl Store {
 
     /// `s3p.list_queues`; the available counts only when asked for.
     #[tracing::instrument(name = "db", skip_all, fields(op = "list_queues"))]
-    pub async fn list_queues(&self, count_available: bool) -> Result<Vec<QueueSummary>, CoreError> {
-        let rows: Vec<(String, bool, DateTime<Utc>, Option<i64>)> =
-            sqlx::query_as("SELECT name, paused, created_at, available FROM s3p.list_queues($1)")
-                .bind(count_available)
-                .fetch_all(&self.pool)
-                .await
-                .map_err(map_db_error)?;
+    pub async fn list_queues(
+        &self,
+        count_available: bool,
+        after: Option<&str>,
+        page_size: Option<i64>,
+    ) -> Result<Vec<QueueSummary>, CoreError> {
+        let rows: Vec<(String, bool, DateTime<Utc>, Option<i64>)> = sqlx::query_as(
+            "SELECT name, paused, created_at, available FROM s3p.list_queues($1, $2, $3)",
+        )
+        .bind(count_available)
+        .bind(after)
+        .bind(page_size.map(|n| n as i32))
+        .fetch_all(&self.pool)
+        .await
+        .map_err(map_db_error)?;
         Ok(rows
             .into_iter()
             .map(|(name, paused, created_at, available)| QueueSummary {
@@ -786,6 +794,15 @@ impl Store {
 }
 
 impl Store {
+    /// How many queue namespaces exist.
+    #[tracing::instrument(name = "db", skip_all, fields(op = "count_queues"))]
+    pub async fn count_queues(&self) -> Result<i64, CoreError> {
+        sqlx::query_scalar("SELECT count(*) FROM s3p.queues")
+            .fetch_one(&self.pool)
+            .await
+            .map_err(map_db_error)
+    }
+
     /// `s3p.create_workflow`: the new workflow's view.
     #[tracing::instrument(name = "db", skip_all, fields(op = "create_workflow"))]
     pub async fn create_workflow(
