@@ -477,6 +477,7 @@ DECLARE
     q s3p.queues;
     r record;
     s record;
+    due timestamptz;
 BEGIN
     PERFORM pg_advisory_xact_lock_shared(hashtext('s3p.queue:' || queue));
     SELECT * INTO q FROM s3p.queues x WHERE x.name = queue;
@@ -494,6 +495,11 @@ BEGIN
     IF r.released > 0 THEN
         PERFORM pg_notify('s3p_jobs', q.name);
     END IF;
+    EXECUTE format('SELECT %I.next_due($1)', q.schema_name) INTO due
+        USING coalesce((q.settings->>'job_retention_ms')::bigint, default_retention_ms);
+    UPDATE s3p.queues x
+       SET maintain_after = least(due, now() + interval '5 minutes' + random() * interval '5 minutes')
+     WHERE x.name = queue;
     RETURN QUERY SELECT r.released::bigint, r.expired::bigint, r.removed::bigint,
                         s.retries_moved::bigint, s.rotated;
 END
@@ -511,6 +517,37 @@ LANGUAGE sql STABLE AS $$
      WHERE q.name = queue
        AND pg_stat_get_dead_tuples(c.oid) >= greatest(10000, 0.05 * pg_stat_get_live_tuples(c.oid))
        AND NOT coalesce(c.reloptions @> ARRAY['autovacuum_enabled=false'], false)
+$$;
+
+-- When each queue next needs its maintenance step (NULL: now). The step sets it from what the
+-- queue holds (`next_due`), at most 5-10 minutes ahead, so work no gateway marked (direct SQL
+-- callers) is found within minutes; gateways mark queues their requests gave work
+-- (`s3p.mark_queues_due`). A pass steps only through due queues.
+ALTER TABLE s3p.queues ADD COLUMN IF NOT EXISTS maintain_after timestamptz;
+
+-- Brings the due time of each named queue forward to its mark (never back), one row at a time in
+-- name order, so concurrent markers take the rows in one order.
+CREATE OR REPLACE FUNCTION s3p.mark_queues_due(names text[], dues timestamptz[]) RETURNS void
+LANGUAGE plpgsql AS $$
+DECLARE
+    m record;
+BEGIN
+    FOR m IN SELECT t.name, min(t.due) AS due FROM unnest(names, dues) AS t(name, due)
+              GROUP BY t.name ORDER BY t.name LOOP
+        UPDATE s3p.queues q SET maintain_after = m.due
+         WHERE q.name = m.name AND q.maintain_after > m.due;
+    END LOOP;
+END
+$$;
+
+-- The queues a pass steps through: due ones, and (`with_vacuum`) those whose jobs table waits
+-- for a vacuum (see s3p.jobs_vacuum_due).
+CREATE OR REPLACE FUNCTION s3p.due_queues(with_vacuum boolean) RETURNS SETOF text
+LANGUAGE sql STABLE AS $$
+    SELECT q.name FROM s3p.queues q
+     WHERE q.maintain_after IS NULL OR q.maintain_after <= now()
+        OR (with_vacuum AND s3p.jobs_vacuum_due(q.name) IS NOT NULL)
+     ORDER BY q.name
 $$;
 
 -- The database-wide maintenance step: old events, and unique keys whose job is gone.

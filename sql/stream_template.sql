@@ -152,11 +152,27 @@ BEGIN
 END
 $fn$;
 
--- The exclusive stream lock if no other transaction holds the stream lock now (this one's own
--- shared hold does not count); never waits.
+-- The exclusive stream lock, waiting at most 50 ms for the transactions that hold the stream lock
+-- now (this one's own shared hold does not count); false when they still hold it. Short holders
+-- (appends, receives) finish within that, so a busy stream still rotates; a writer holding an
+-- uncommitted append for longer makes the rotation give up until a later pass, and the writers
+-- queued behind the attempt wait at most those 50 ms.
 CREATE OR REPLACE FUNCTION __SCHEMA__.stream_try_lock_exclusive() RETURNS boolean
-LANGUAGE sql AS $fn$
-    SELECT pg_try_advisory_xact_lock(hashtext('s3p.stream:__SCHEMA__'))
+LANGUAGE plpgsql AS $fn$
+DECLARE
+    previous text := current_setting('lock_timeout');
+    got boolean;
+BEGIN
+    PERFORM set_config('lock_timeout', '50ms', true);
+    BEGIN
+        PERFORM pg_advisory_xact_lock(hashtext('s3p.stream:__SCHEMA__'));
+        got := true;
+    EXCEPTION WHEN lock_not_available THEN
+        got := false;
+    END;
+    PERFORM set_config('lock_timeout', previous, true);
+    RETURN got;
+END
 $fn$;
 
 -- Events visible in snapshot `upto` and not in `since`, for `consumer` (txid range scan).
@@ -686,8 +702,9 @@ BEGIN
                       JOIN __SCHEMA__.stream_ticks t ON t.tick_id = s.last_tick
                      WHERE pg_snapshot_xmin(t.snapshot) < seg.sealed_xid);
         END IF;
-        -- Rotate only when no other transaction holds the stream lock (a writer's uncommitted
-        -- append, say): waiting would queue every later writer behind us. A later pass retries.
+        -- Rotate only under the exclusive stream lock, waiting for it at most briefly (see
+        -- stream_try_lock_exclusive): queuing behind a writer's long uncommitted append would
+        -- queue every later writer behind us. A later pass retries.
         IF safe AND __SCHEMA__.stream_try_lock_exclusive() THEN
             BEGIN
                 EXECUTE format('LOCK TABLE %s IN ACCESS EXCLUSIVE MODE NOWAIT',
@@ -728,6 +745,44 @@ BEGIN
 
     RETURN QUERY SELECT latest_after IS DISTINCT FROM latest_before, moved, did_rotate, removed;
 END
+$fn$;
+
+-- When the stream next needs maintenance as things stand (NULL: nothing is waiting): now while
+-- events wait for a tick or a switched segment for its seal; the first retry due; the rotation,
+-- while there are events; the cleanup of old ticks and of acked batches.
+CREATE OR REPLACE FUNCTION __SCHEMA__.stream_next_due() RETURNS timestamptz
+LANGUAGE sql STABLE AS $fn$
+    SELECT least(
+        CASE WHEN coalesce((SELECT max(e.seq) FROM __SCHEMA__.stream_events e), 0)
+                  > coalesce((SELECT t.max_seq FROM __SCHEMA__.stream_ticks t ORDER BY t.tick_id DESC LIMIT 1), 0)
+               OR EXISTS (SELECT 1 FROM __SCHEMA__.stream_segments g
+                           WHERE g.switched_at IS NOT NULL AND g.sealed_xid IS NULL)
+             THEN now() END,
+        (SELECT min(r.due_at) FROM __SCHEMA__.stream_retry_events r),
+        CASE WHEN EXISTS (SELECT 1 FROM __SCHEMA__.stream_events)
+             THEN (SELECT c.segment_started_at + make_interval(secs => c.retention_ms / 2000.0)
+                     FROM __SCHEMA__.stream_config c) END,
+        (SELECT min(t.created_at) FROM __SCHEMA__.stream_ticks t
+          WHERE t.tick_id < (SELECT max(x.tick_id) FROM __SCHEMA__.stream_ticks x))
+          + (SELECT make_interval(secs => c.retention_ms / 1000.0) FROM __SCHEMA__.stream_config c),
+        (SELECT min(b.acked_at) FROM __SCHEMA__.stream_batches b WHERE b.state <> 'active')
+          + interval '1 hour')
+$fn$;
+
+-- When this queue next needs maintenance as things stand: the earliest lease end, TTL or
+-- retention cutoff of its jobs, or what its stream needs (NULL: nothing is waiting). Each job term
+-- reads one partial index. (Here, after stream_next_due, which it calls.)
+CREATE OR REPLACE FUNCTION __SCHEMA__.next_due(retention_ms bigint) RETURNS timestamptz
+LANGUAGE sql STABLE AS $fn$
+    SELECT least(
+        (SELECT min(j.lease_expires_at) FROM __SCHEMA__.jobs j WHERE j.state = 'active'),
+        (SELECT min(j.expires_at) FROM __SCHEMA__.jobs j
+          WHERE j.expires_at IS NOT NULL AND j.state IN ('available', 'scheduled', 'retryable', 'pending')),
+        (SELECT min(coalesce(j.completed_at, j.cancelled_at, j.created_at)) FROM __SCHEMA__.jobs j
+          WHERE j.state IN ('completed', 'cancelled', 'discarded')
+            AND NOT (j.state = 'discarded' AND j.retry->>'on_exhaustion' = 'dead_letter'))
+          + make_interval(secs => retention_ms / 1000.0),
+        __SCHEMA__.stream_next_due())
 $fn$;
 
 -- The floor tick, taken when the stream is created: from_tick 0 starts here, before every event.

@@ -107,6 +107,7 @@ async fn maintain(args: MaintainArgs) -> Result<(), String> {
                     "retries_moved": report.retries_moved,
                     "rotations": report.rotations,
                     "vacuums": report.vacuums,
+                    "queues_stepped": report.queues_stepped,
                     "failed_steps": report.failed_steps,
                 })
             );

@@ -114,6 +114,16 @@ async fn scrape(State(state): State<MetricsState>) -> Response {
     );
     let _ = writeln!(
         out,
+        "# HELP pgvs3_maintenance_queue_steps_total Queue steps this gateway's passes ran (only queues with due work)."
+    );
+    let _ = writeln!(out, "# TYPE pgvs3_maintenance_queue_steps_total counter");
+    let _ = writeln!(
+        out,
+        "pgvs3_maintenance_queue_steps_total {}",
+        totals.queue_steps.load(Relaxed)
+    );
+    let _ = writeln!(
+        out,
         "# HELP pgvs3_maintenance_failures_total Maintenance steps that failed and were skipped (the pass went on), by queue; step=\"shared\" is the database-wide step."
     );
     let _ = writeln!(out, "# TYPE pgvs3_maintenance_failures_total counter");

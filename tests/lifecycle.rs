@@ -656,7 +656,9 @@ async fn a_queue_whose_maintenance_fails_does_not_stop_the_others() {
         .expect("connect");
     sqlx::raw_sql(
         "DROP FUNCTION s3q_broken.maintain(bigint, int);
-         INSERT INTO s3p.unique_keys (key, job_id, queue) VALUES ('orphan', gen_random_uuid(), 'healthy')",
+         INSERT INTO s3p.unique_keys (key, job_id, queue) VALUES ('orphan', gen_random_uuid(), 'healthy');
+         -- Both queues due now (passes step only through due queues).
+         UPDATE s3p.queues SET maintain_after = NULL",
     )
     .execute(&mut db)
     .await
@@ -872,5 +874,92 @@ async fn workflow_cancel_and_acks_take_locks_in_one_order() {
             .filter(|l| l.contains("conflict"))
             .collect::<Vec<_>>()
             .join("\n")
+    );
+}
+
+/// Reads one unlabelled counter from /metrics.
+async fn counter(http: &reqwest::Client, base: &str, name: &str) -> u64 {
+    let text = http
+        .get(format!("{base}/metrics"))
+        .send()
+        .await
+        .expect("metrics")
+        .text()
+        .await
+        .expect("metrics text");
+    text.lines()
+        .find_map(|l| l.strip_prefix(&format!("{name} ")))
+        .and_then(|v| v.trim().parse().ok())
+        .unwrap_or_else(|| panic!("no {name} in /metrics"))
+}
+
+/// A maintenance pass steps only through queues with due work: 40 queues holding a job each are
+/// stepped through once, then passes go by without visiting them; a claim whose lease runs out
+/// makes its queue due at the lease end, and the pass releases that lease (one queue stepped, not
+/// forty).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn maintenance_steps_only_through_queues_with_due_work() {
+    let app =
+        common::spawn_app_with(|s| s.maintenance_interval = Some(Duration::from_millis(100))).await;
+    let http = reqwest::Client::new();
+    let base = app.http_url.clone();
+    for n in 0..40 {
+        let response = http
+            .post(format!("{base}/ojs/v1/jobs"))
+            .json(&json!({"type": "idle.job", "args": [n], "options": {"queue": format!("idle-{n:02}")}}))
+            .send()
+            .await
+            .expect("enqueue");
+        assert_eq!(response.status(), 201);
+    }
+    // Every new queue is due once.
+    let deadline = std::time::Instant::now() + Duration::from_secs(20);
+    while counter(&http, &base, "pgvs3_maintenance_queue_steps_total").await < 40 {
+        assert!(
+            std::time::Instant::now() < deadline,
+            "the new queues were never stepped"
+        );
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    let passes = counter(&http, &base, "pgvs3_maintenance_passes_total").await;
+    let steps = counter(&http, &base, "pgvs3_maintenance_queue_steps_total").await;
+    tokio::time::sleep(Duration::from_millis(1500)).await;
+    assert!(
+        counter(&http, &base, "pgvs3_maintenance_passes_total").await >= passes + 5,
+        "passes kept running"
+    );
+    assert_eq!(
+        counter(&http, &base, "pgvs3_maintenance_queue_steps_total").await,
+        steps,
+        "idle queues are not stepped through"
+    );
+
+    // A lease that runs out makes its queue due; the pass releases it.
+    let fetched: Value = http
+        .post(format!("{base}/ojs/v1/workers/fetch"))
+        .json(&json!({"queues": ["idle-07"], "count": 1, "visibility_timeout_ms": 300}))
+        .send()
+        .await
+        .expect("fetch")
+        .json()
+        .await
+        .expect("fetch json");
+    assert_eq!(
+        fetched["jobs"].as_array().map(Vec::len),
+        Some(1),
+        "{fetched}"
+    );
+    let deadline = std::time::Instant::now() + Duration::from_secs(10);
+    while counter(&http, &base, "pgvs3_lease_expiries_total").await < 1 {
+        assert!(
+            std::time::Instant::now() < deadline,
+            "the expired lease was never released"
+        );
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    let stepped = counter(&http, &base, "pgvs3_maintenance_queue_steps_total").await - steps;
+    assert!(
+        (1..=4).contains(&stepped),
+        "{stepped} queue steps for one queue with due work"
     );
 }

@@ -388,4 +388,6 @@ pub struct MaintenanceReport {
     pub vacuums: i64,
     /// Steps that failed and were skipped: a queue's name, or "" for the shared step.
     pub failed_steps: Vec<String>,
+    /// Queues stepped through (those due, not every queue).
+    pub queues_stepped: i64,
 }

@@ -133,6 +133,8 @@ pub struct MaintenanceTotals {
     pub passes: std::sync::atomic::AtomicU64,
     /// Jobs tables vacuumed for their dead row versions.
     pub vacuums: std::sync::atomic::AtomicU64,
+    /// Queue steps run (a pass steps only through due queues).
+    pub queue_steps: std::sync::atomic::AtomicU64,
     /// Failed maintenance steps by queue ("" for the shared step).
     pub failures: std::sync::Mutex<std::collections::BTreeMap<String, u64>>,
 }
@@ -590,6 +592,9 @@ impl Service {
             self.totals
                 .vacuums
                 .fetch_add(report.vacuums.max(0) as u64, Relaxed);
+            self.totals
+                .queue_steps
+                .fetch_add(report.queues_stepped.max(0) as u64, Relaxed);
             let mut failures = self
                 .totals
                 .failures

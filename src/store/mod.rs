@@ -28,6 +28,20 @@ pub struct Store {
     signals: Signals,
     grouped: std::sync::Arc<grouped::Grouped>,
     conflict_retries: std::sync::Arc<std::sync::atomic::AtomicU64>,
+    due_marks: std::sync::Arc<std::sync::Mutex<DueMarks>>,
+}
+
+/// One maintenance pass in this many also steps through queues whose jobs table waits for a
+/// vacuum (with the default 500 ms interval, every 10 s).
+const VACUUM_LOOK_EVERY: u32 = 20;
+
+/// Queues this gateway's requests gave maintenance work, each with the earliest time it is due,
+/// until the maintenance loop hands them to `s3p.mark_queues_due`.
+#[derive(Default)]
+struct DueMarks {
+    by_queue: std::collections::HashMap<String, DateTime<Utc>>,
+    /// Passes since the last look for jobs tables that wait for a vacuum.
+    passes: u32,
 }
 
 /// One row of `s3p.job`.
@@ -107,17 +121,21 @@ async fn vacuum_if_due(
     Ok(())
 }
 
-/// The steps of a pass whose lock is held: each queue in its own transaction, then the shared step.
+/// The steps of a pass whose lock is held: each due queue in its own transaction (and, with
+/// `with_vacuum`, each whose jobs table waits for a vacuum), then the shared step.
 async fn maintenance_pass(
     conn: &mut sqlx::PgConnection,
     retention_ms: i64,
     batch: i32,
+    with_vacuum: bool,
     report: &mut MaintenanceReport,
 ) -> Result<(), CoreError> {
-    let queues: Vec<String> = sqlx::query_scalar("SELECT name FROM s3p.queues ORDER BY name")
+    let queues: Vec<String> = sqlx::query_scalar("SELECT s3p.due_queues($1)")
+        .bind(with_vacuum)
         .fetch_all(&mut *conn)
         .await
         .map_err(map_db_error)?;
+    report.queues_stepped = queues.len() as i64;
     // One queue's failure is that queue's alone: logged, counted, and the pass goes on.
     for queue in queues {
         if let Err(error) = maintain_one_queue(conn, &queue, retention_ms, batch, report).await {
@@ -351,7 +369,50 @@ impl Store {
             signals,
             grouped,
             conflict_retries: Default::default(),
+            due_marks: Default::default(),
         })
+    }
+
+    /// Records that `queue` has maintenance work due at `at` (a lease end, a TTL, a retry).
+    fn mark_due(&self, queue: &str, at: DateTime<Utc>) {
+        if let Ok(mut marks) = self.due_marks.lock() {
+            let due = marks.by_queue.entry(queue.to_string()).or_insert(at);
+            *due = (*due).min(at);
+        }
+    }
+
+    /// Marks the queues of `jobs`: at the lease end of active ones, else now (a transition the
+    /// queue's next step may have work from: retention, retries, workflow steps).
+    fn mark_jobs<'a>(&self, jobs: impl IntoIterator<Item = &'a Job>) {
+        let now = Utc::now();
+        for job in jobs {
+            let at = match job.state {
+                JobState::Active => job.lease_expires_at.unwrap_or(now),
+                _ => now,
+            };
+            self.mark_due(&job.queue, at);
+        }
+    }
+
+    /// Hands the marks to the database (every writable gateway, each maintenance interval).
+    async fn flush_due_marks(&self) -> Result<(), CoreError> {
+        let marks = match self.due_marks.lock() {
+            Ok(mut marks) => std::mem::take(&mut marks.by_queue),
+            Err(_) => return Ok(()),
+        };
+        if marks.is_empty() {
+            return Ok(());
+        }
+        let (names, dues): (Vec<String>, Vec<DateTime<Utc>>) = marks.into_iter().unzip();
+        self.retry_conflicts(|| {
+            sqlx::query("SELECT s3p.mark_queues_due($1, $2)")
+                .bind(&names)
+                .bind(&dues)
+                .execute(&self.pool)
+        })
+        .await
+        .map(|_| ())
+        .map_err(map_db_error)
     }
 
     /// Runs a one-statement operation, again when PostgreSQL aborted it to break a deadlock or a
@@ -422,16 +483,30 @@ impl Store {
     /// concurrent single enqueues of their queue into one statement.
     #[tracing::instrument(name = "db", skip_all, fields(op = "enqueue"))]
     pub async fn enqueue(&self, row: &Value) -> Result<Job, CoreError> {
-        match plain_queue(row) {
+        let job = match plain_queue(row) {
             Some(queue) => self.grouped.enqueue(queue, row.clone()).await,
             None => grouped::enqueue_one(&self.pool, row).await,
+        }?;
+        if let Some(at) = job.expires_at {
+            self.mark_due(&job.queue, at);
         }
+        Ok(job)
     }
 
     /// All or none: plain jobs of one known queue with the queue's own `enqueue_plain`, anything
     /// else with `s3p.enqueue_batch`.
     #[tracing::instrument(name = "db", skip_all, fields(op = "enqueue_batch"))]
     pub async fn enqueue_batch(&self, rows: &Value) -> Result<Vec<Job>, CoreError> {
+        let stored = self.enqueue_batch_unmarked(rows).await?;
+        for job in &stored {
+            if let Some(at) = job.expires_at {
+                self.mark_due(&job.queue, at);
+            }
+        }
+        Ok(stored)
+    }
+
+    async fn enqueue_batch_unmarked(&self, rows: &Value) -> Result<Vec<Job>, CoreError> {
         if let Some(queue) = one_plain_queue(rows)
             && let Some(schema) = self.grouped.routes().schema(&self.pool, queue).await?
         {
@@ -470,9 +545,8 @@ impl Store {
         visibility_ms: Option<i64>,
         default_visibility_ms: i64,
     ) -> Result<Vec<Job>, CoreError> {
-        if let [queue] = queues {
-            return self
-                .grouped
+        let claimed = if let [queue] = queues {
+            self.grouped
                 .claim(
                     queue,
                     usize::try_from(count).unwrap_or(0),
@@ -480,18 +554,21 @@ impl Store {
                     visibility_ms,
                     default_visibility_ms,
                 )
-                .await;
-        }
-        let rows = sqlx::query_as("SELECT * FROM s3p.fetch($1, $2, $3, $4, $5)")
-            .bind(queues)
-            .bind(count)
-            .bind(worker)
-            .bind(visibility_ms)
-            .bind(default_visibility_ms)
-            .fetch_all(&self.pool)
-            .await
-            .map_err(map_db_error)?;
-        jobs(rows)
+                .await?
+        } else {
+            let rows = sqlx::query_as("SELECT * FROM s3p.fetch($1, $2, $3, $4, $5)")
+                .bind(queues)
+                .bind(count)
+                .bind(worker)
+                .bind(visibility_ms)
+                .bind(default_visibility_ms)
+                .fetch_all(&self.pool)
+                .await
+                .map_err(map_db_error)?;
+            jobs(rows)?
+        };
+        self.mark_jobs(&claimed);
+        Ok(claimed)
     }
 
     /// Whether any of the queues exists.
@@ -512,7 +589,7 @@ impl Store {
         token: Option<Uuid>,
         result: Option<&Value>,
     ) -> Result<Job, CoreError> {
-        let mut outcome = self.grouped.ack(vec![(id, token, result.cloned())]).await?;
+        let mut outcome = self.ack_each(vec![(id, token, result.cloned())]).await?;
         outcome
             .pop()
             .unwrap_or_else(|| Err(CoreError::not_found("job", &id.to_string())))
@@ -527,7 +604,9 @@ impl Store {
         &self,
         items: Vec<AckItem>,
     ) -> Result<Vec<Result<Job, CoreError>>, CoreError> {
-        self.grouped.ack(items).await
+        let outcomes = self.grouped.ack(items).await?;
+        self.mark_jobs(outcomes.iter().filter_map(|o| o.as_ref().ok()));
+        Ok(outcomes)
     }
 
     /// Requests and statements of the grouped operations so far.
@@ -556,7 +635,9 @@ impl Store {
             .await
             .map_err(map_db_error)?;
         self.grouped.routes().release([id]);
-        one(rows, id)
+        let job = one(rows, id)?;
+        self.mark_jobs([&job]);
+        Ok(job)
     }
 
     /// `s3p.cancel`.
@@ -570,7 +651,9 @@ impl Store {
             })
             .await
             .map_err(map_db_error)?;
-        one(rows, id)
+        let job = one(rows, id)?;
+        self.mark_jobs([&job]);
+        Ok(job)
     }
 
     /// `s3p.heartbeat`: the extended jobs with their directive and new lease end.
@@ -666,6 +749,19 @@ impl Store {
         retention_ms: i64,
         batch: i32,
     ) -> Result<MaintenanceReport, CoreError> {
+        // Every writable gateway hands over its marks, whether or not it runs the pass.
+        if let Err(error) = self.flush_due_marks().await {
+            tracing::warn!(%error, "marking queues due for maintenance failed");
+        }
+        // Looking for jobs tables that wait for a vacuum reads every queue's statistics: one
+        // pass in VACUUM_LOOK_EVERY does it.
+        let with_vacuum = match self.due_marks.lock() {
+            Ok(mut marks) => {
+                marks.passes = (marks.passes + 1) % VACUUM_LOOK_EVERY;
+                marks.passes == 1
+            }
+            Err(_) => true,
+        };
         let mut conn = self.pool.acquire().await.map_err(map_db_error)?;
         let held: bool =
             sqlx::query_scalar("SELECT pg_try_advisory_lock(hashtext('s3p.maintain'))")
@@ -679,7 +775,7 @@ impl Store {
         if !held {
             return Ok(report);
         }
-        let pass = maintenance_pass(&mut conn, retention_ms, batch, &mut report).await;
+        let pass = maintenance_pass(&mut conn, retention_ms, batch, with_vacuum, &mut report).await;
         let unlocked = sqlx::query("SELECT pg_advisory_unlock(hashtext('s3p.maintain'))")
             .execute(&mut *conn)
             .await;

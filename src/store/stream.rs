@@ -107,6 +107,8 @@ impl Store {
                 .fetch_all(self.pool())
                 .await
                 .map_err(map_db_error)?;
+        // New events wait for a tick (and a rotation, later).
+        self.mark_due(queue, chrono::Utc::now());
         Ok(rows
             .into_iter()
             .map(|(id, seq)| Appended { id, seq })
@@ -264,6 +266,7 @@ impl Store {
             })
             .await
             .map_err(map_db_error)?;
+        self.mark_due(queue, due_at.unwrap_or_else(chrono::Utc::now));
         Ok(StreamNackOutcome {
             outcome,
             retry_count,
