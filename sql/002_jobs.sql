@@ -542,12 +542,27 @@ $$;
 
 -- The queues a pass steps through: due ones, and (`with_vacuum`) those whose jobs table waits
 -- for a vacuum (see s3p.jobs_vacuum_due).
+DROP FUNCTION IF EXISTS s3p.due_queues(boolean);
 CREATE OR REPLACE FUNCTION s3p.due_queues(with_vacuum boolean) RETURNS SETOF text
-LANGUAGE sql STABLE AS $$
-    SELECT q.name FROM s3p.queues q
-     WHERE q.maintain_after IS NULL OR q.maintain_after <= now()
-        OR (with_vacuum AND s3p.jobs_vacuum_due(q.name) IS NOT NULL)
-     ORDER BY q.name
+LANGUAGE plpgsql STABLE AS $$
+BEGIN
+    IF with_vacuum THEN
+        -- The test of s3p.jobs_vacuum_due, set-based over every queue's jobs table.
+        RETURN QUERY SELECT q.name FROM s3p.queues q
+                      WHERE q.maintain_after IS NULL OR q.maintain_after <= now()
+                     UNION
+                     SELECT q.name FROM s3p.queues q
+                       JOIN pg_namespace n ON n.nspname = q.schema_name
+                       JOIN pg_class c ON c.relnamespace = n.oid AND c.relname = 'jobs'
+                      WHERE pg_stat_get_dead_tuples(c.oid) >= greatest(10000, 0.05 * pg_stat_get_live_tuples(c.oid))
+                        AND NOT coalesce(c.reloptions @> ARRAY['autovacuum_enabled=false'], false)
+                     ORDER BY 1;
+    ELSE
+        RETURN QUERY SELECT q.name FROM s3p.queues q
+                      WHERE q.maintain_after IS NULL OR q.maintain_after <= now()
+                      ORDER BY q.name;
+    END IF;
+END
 $$;
 
 -- The database-wide maintenance step: old events, and unique keys whose job is gone.

@@ -127,6 +127,11 @@ LANGUAGE plpgsql AS $$
 DECLARE
     removed int;
 BEGIN
+    -- Nothing to do while the oldest event is within the retention: one index probe per pass.
+    IF NOT EXISTS (SELECT 1 FROM (SELECT e.time FROM s3p.events e ORDER BY e.txid, e.seq LIMIT 1) o
+                    WHERE o.time < now() - make_interval(secs => retention_ms / 1000.0)) THEN
+        RETURN 0;
+    END IF;
     DELETE FROM s3p.events d WHERE (d.txid, d.seq) IN (
         SELECT o.txid, o.seq
           FROM (SELECT e.txid, e.seq, e.time FROM s3p.events e ORDER BY e.txid, e.seq LIMIT batch) o
