@@ -5,7 +5,8 @@
 # due (what every pass cost before passes stepped only through due queues).
 #
 # Needs a PostgreSQL whose admin URL is ADMIN_URL (default: the local one, user postgres) and a
-# release build (cargo build --release). The database idle1000 is dropped and made again.
+# release build (cargo build --release). The database idle1000 is dropped and made again. Takes
+# about 8 minutes on a 2-core machine, most of it creating the 1,000 queue schemas.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
