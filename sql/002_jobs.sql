@@ -509,14 +509,20 @@ $$;
 -- for walking past them in the ready index: at least 10,000 and 5 % of the live rows, unless the
 -- queue turned autovacuum off. The maintenance pass then vacuums it (VACUUM cannot run inside a
 -- function); autovacuum alone waits for 20 % of the table, checked once a minute.
+-- The vacuum rule itself, for one jobs table (its oid and storage options).
+CREATE OR REPLACE FUNCTION s3p.jobs_vacuum_wanted(rel oid, reloptions text[]) RETURNS boolean
+LANGUAGE sql STABLE AS $$
+    SELECT pg_stat_get_dead_tuples(rel) >= greatest(10000, 0.05 * pg_stat_get_live_tuples(rel))
+       AND NOT coalesce(reloptions @> ARRAY['autovacuum_enabled=false'], false)
+$$;
+
 CREATE OR REPLACE FUNCTION s3p.jobs_vacuum_due(queue text) RETURNS text
 LANGUAGE sql STABLE AS $$
     SELECT format('%I.jobs', q.schema_name)
       FROM s3p.queues q
       JOIN pg_class c ON c.oid = to_regclass(format('%I.jobs', q.schema_name))
      WHERE q.name = queue
-       AND pg_stat_get_dead_tuples(c.oid) >= greatest(10000, 0.05 * pg_stat_get_live_tuples(c.oid))
-       AND NOT coalesce(c.reloptions @> ARRAY['autovacuum_enabled=false'], false)
+       AND s3p.jobs_vacuum_wanted(c.oid, c.reloptions)
 $$;
 
 -- When each queue next needs its maintenance step (NULL: now). The step sets it from what the
@@ -547,15 +553,14 @@ CREATE OR REPLACE FUNCTION s3p.due_queues(with_vacuum boolean) RETURNS SETOF tex
 LANGUAGE plpgsql STABLE AS $$
 BEGIN
     IF with_vacuum THEN
-        -- The test of s3p.jobs_vacuum_due, set-based over every queue's jobs table.
+        -- s3p.jobs_vacuum_wanted, set-based over every queue's jobs table.
         RETURN QUERY SELECT q.name FROM s3p.queues q
                       WHERE q.maintain_after IS NULL OR q.maintain_after <= now()
                      UNION
                      SELECT q.name FROM s3p.queues q
                        JOIN pg_namespace n ON n.nspname = q.schema_name
                        JOIN pg_class c ON c.relnamespace = n.oid AND c.relname = 'jobs'
-                      WHERE pg_stat_get_dead_tuples(c.oid) >= greatest(10000, 0.05 * pg_stat_get_live_tuples(c.oid))
-                        AND NOT coalesce(c.reloptions @> ARRAY['autovacuum_enabled=false'], false)
+                      WHERE s3p.jobs_vacuum_wanted(c.oid, c.reloptions)
                      ORDER BY 1;
     ELSE
         RETURN QUERY SELECT q.name FROM s3p.queues q
