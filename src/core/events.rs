@@ -84,7 +84,7 @@ pub struct EventPage {
 }
 
 /// How long a page waits for events held behind a transaction still in progress.
-const TAIL_WAIT: std::time::Duration = std::time::Duration::from_millis(250);
+const TAIL_WAIT: std::time::Duration = std::time::Duration::from_millis(1000);
 /// How often it looks again meanwhile.
 const TAIL_POLL: std::time::Duration = std::time::Duration::from_millis(5);
 
