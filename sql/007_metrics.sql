@@ -1,6 +1,10 @@
--- One call gathering the per-queue figures /metrics exports: jobs by state, stream events, dead
--- letters, rotations, and each consumer's lag (ticks and events behind its cursor).
-CREATE OR REPLACE FUNCTION s3p.metrics_snapshot() RETURNS jsonb
+-- The per-queue figures /metrics exports, for up to `page_size` queues named after `after` (all
+-- from the start when NULL), in name order: jobs by state, stream events, dead letters,
+-- rotations, and each consumer's lag (ticks and events behind its cursor). A page at a time, each
+-- its own statement, because reading a queue locks its tables until the transaction ends: one
+-- call over ~1,000 queues ran out of PostgreSQL's shared lock table.
+DROP FUNCTION IF EXISTS s3p.metrics_snapshot();
+CREATE OR REPLACE FUNCTION s3p.metrics_snapshot(after text, page_size int) RETURNS jsonb
 LANGUAGE plpgsql STABLE AS $$
 DECLARE
     q record;
@@ -8,7 +12,8 @@ DECLARE
     stream jsonb;
     out jsonb := '[]'::jsonb;
 BEGIN
-    FOR q IN SELECT name, schema_name FROM s3p.queues ORDER BY name LOOP
+    FOR q IN SELECT name, schema_name FROM s3p.queues
+              WHERE after IS NULL OR name > after ORDER BY name LIMIT page_size LOOP
         EXECUTE format('SELECT coalesce(jsonb_object_agg(state, n), ''{}'') FROM
                           (SELECT state, count(*) AS n FROM %I.jobs GROUP BY state) s', q.schema_name)
             INTO jobs;

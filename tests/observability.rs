@@ -696,6 +696,35 @@ async fn metrics_scrape_parses_and_counts() {
 
 /// A job enqueued over HTTP with `traceparent`/`tracestate` carries them in its meta when fetched,
 /// unless the caller put its own `meta.traceparent` there.
+/// The per-queue figures are read a page of queues per statement (so no transaction locks every
+/// queue's tables); a scrape still covers every queue, across page boundaries, once each.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn metrics_cover_every_queue_across_pages() {
+    let app = common::spawn_app().await;
+    let api = Api::new(&app);
+    // More queues than two pages of 25; queue pq-NN holds NN mod 3 + 1 available jobs.
+    const QUEUES: usize = 53;
+    for n in 0..QUEUES {
+        for _ in 0..n % 3 + 1 {
+            api.enqueue(
+                json!({"type": "metrics.page", "args": [n], "options": {"queue": format!("pq-{n:02}")}}),
+                &[],
+            )
+            .await;
+        }
+    }
+    let text = api.scrape().await;
+    let metrics = parse_exposition(&text).unwrap_or_else(|e| panic!("{e}\n---\n{text}"));
+    for n in 0..QUEUES {
+        let queue = format!("pq-{n:02}");
+        assert_eq!(
+            metrics.value("pgvs3_jobs", &[("queue", &queue), ("state", "available")]),
+            (n % 3 + 1) as f64,
+            "{queue}"
+        );
+    }
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn http_trace_context_rides_with_the_job() {
     let app = common::spawn_app().await;

@@ -1060,13 +1060,35 @@ impl Store {
 }
 
 impl Store {
-    /// `s3p.metrics_snapshot`: per-queue job and stream figures.
+    /// `s3p.metrics_snapshot`: per-queue job and stream figures, `{"queues": [...]}`, read a page
+    /// of queues per statement so no transaction locks every queue's tables at once.
     #[tracing::instrument(name = "db", skip_all, fields(op = "metrics_snapshot"))]
     pub async fn metrics_snapshot(&self) -> Result<Value, CoreError> {
-        sqlx::query_scalar("SELECT s3p.metrics_snapshot()")
-            .fetch_one(&self.pool)
-            .await
-            .map_err(map_db_error)
+        const PAGE: i32 = 25;
+        let mut queues: Vec<Value> = Vec::new();
+        let mut after: Option<String> = None;
+        loop {
+            let mut page: Value = sqlx::query_scalar("SELECT s3p.metrics_snapshot($1, $2)")
+                .bind(after.as_deref())
+                .bind(PAGE)
+                .fetch_one(&self.pool)
+                .await
+                .map_err(map_db_error)?;
+            let Some(Value::Array(rows)) = page.get_mut("queues").map(Value::take) else {
+                break;
+            };
+            let full = rows.len() == PAGE as usize;
+            after = rows
+                .last()
+                .and_then(|q| q.get("queue"))
+                .and_then(Value::as_str)
+                .map(str::to_string);
+            queues.extend(rows);
+            if !full || after.is_none() {
+                break;
+            }
+        }
+        Ok(serde_json::json!({ "queues": queues }))
     }
 
     /// Connections open and idle in the pool.
