@@ -136,20 +136,5 @@ BEGIN
 END
 $$;
 
--- Brings every queue schema to the latest template (run at startup after migrations).
-CREATE OR REPLACE FUNCTION s3p.upgrade_queue_schemas() RETURNS int
-LANGUAGE plpgsql AS $$
-DECLARE
-    upgraded int := 0;
-    queue    text;
-BEGIN
-    FOR queue IN
-        SELECT q.name FROM s3p.queues q
-         WHERE q.template_version < (SELECT max(version) FROM s3p.queue_templates)
-    LOOP
-        PERFORM s3p.ensure_queue_schema(queue);
-        upgraded := upgraded + 1;
-    END LOOP;
-    RETURN upgraded;
-END
-$$;
+-- Queue schemas are brought to the latest template by the server, one queue per transaction.
+DROP FUNCTION IF EXISTS s3p.upgrade_queue_schemas();

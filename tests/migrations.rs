@@ -40,12 +40,17 @@ async fn changed_migrations_run_again_over_existing_data() {
             .all(|(_, c)| c.as_ref().is_some_and(|c| c.len() == 64))
     );
 
-    // As if every file had been edited since: the next start applies them all again.
+    // As if every file had been edited since, and the queue schema made from an older template:
+    // the next start applies them all again and upgrades the queue.
     let mut conn = sqlx::PgConnection::connect(&url).await.expect("connect");
     sqlx::query("UPDATE s3p.migrations SET checksum = 'stale'")
         .execute(&mut conn)
         .await
         .expect("mark stale");
+    sqlx::query("UPDATE s3p.queues SET template_version = template_version - 1")
+        .execute(&mut conn)
+        .await
+        .expect("mark the queue schema old");
     let _ = conn.close().await;
     let second = common::spawn_app_on(&database, &url, |_| {}).await;
     assert_eq!(
@@ -53,6 +58,16 @@ async fn changed_migrations_run_again_over_existing_data() {
         recorded,
         "checksums are current again"
     );
+    let mut conn = sqlx::PgConnection::connect(&url).await.expect("connect");
+    let behind: i64 = sqlx::query_scalar(
+        "SELECT count(*) FROM s3p.queues
+          WHERE template_version < (SELECT max(version) FROM s3p.queue_templates)",
+    )
+    .fetch_one(&mut conn)
+    .await
+    .expect("template versions");
+    let _ = conn.close().await;
+    assert_eq!(behind, 0, "the queue schema was upgraded at start");
 
     let job: Value = client
         .get(format!("{}/ojs/v1/jobs/{id}", second.http_url))

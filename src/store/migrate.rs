@@ -33,7 +33,7 @@ const MIGRATIONS: &[Migration] = &[
 struct Migration(i32, &'static str, &'static str);
 
 /// The queue schema template and its version; bump the version whenever the template changes.
-const QUEUE_TEMPLATE_VERSION: i32 = 14;
+const QUEUE_TEMPLATE_VERSION: i32 = 15;
 const QUEUE_TEMPLATE: &str = concat!(
     include_str!("../../sql/queue_template.sql"),
     include_str!("../../sql/stream_template.sql")
@@ -50,7 +50,7 @@ fn checksum(sql: &str) -> String {
 
 /// Applies new migrations, and again every applied one whose SQL changed since (each file is
 /// idempotent: tables `IF NOT EXISTS`, functions `CREATE OR REPLACE`), under an advisory lock;
-/// installs the queue template and upgrades every existing queue schema to it.
+/// installs the queue template; then upgrades every existing queue schema to it.
 pub async fn run(pool: &PgPool) -> Result<(), CoreError> {
     let mut tx = pool.begin().await.map_err(map_db_error)?;
     // One migrator at a time when several gateways start together.
@@ -109,13 +109,32 @@ pub async fn run(pool: &PgPool) -> Result<(), CoreError> {
     .execute(&mut *tx)
     .await
     .map_err(map_db_error)?;
-    let upgraded: i32 = sqlx::query_scalar("SELECT s3p.upgrade_queue_schemas()")
-        .fetch_one(&mut *tx)
-        .await
-        .map_err(map_db_error)?;
-    if upgraded > 0 {
-        tracing::info!(upgraded, "upgraded queue schemas");
-    }
     tx.commit().await.map_err(map_db_error)?;
+    upgrade_queue_schemas(pool).await
+}
+
+/// Brings every queue schema to the latest template, each queue in its own transaction: one
+/// transaction over ~1,000 queues would hold every queue's table locks at once and run out of
+/// PostgreSQL's shared lock table. `ensure_queue_schema` serialises upgraders of one queue, so
+/// gateways starting together may share the work.
+async fn upgrade_queue_schemas(pool: &PgPool) -> Result<(), CoreError> {
+    let stale: Vec<String> = sqlx::query_scalar(
+        "SELECT q.name FROM s3p.queues q
+          WHERE q.template_version < (SELECT max(version) FROM s3p.queue_templates)
+          ORDER BY q.name",
+    )
+    .fetch_all(pool)
+    .await
+    .map_err(map_db_error)?;
+    for queue in &stale {
+        sqlx::query("SELECT s3p.ensure_queue_schema($1)")
+            .bind(queue)
+            .execute(pool)
+            .await
+            .map_err(map_db_error)?;
+    }
+    if !stale.is_empty() {
+        tracing::info!(upgraded = stale.len(), "upgraded queue schemas");
+    }
     Ok(())
 }
