@@ -1,8 +1,10 @@
 #!/usr/bin/env bash
 # What maintenance costs an idle server: 1,000 queues holding one available job each, nobody
-# working. Prints the CPU of the server process and of its PostgreSQL client backends over 60 s,
-# the queue steps in that time, and `pgvs3 maintain --once` with nothing due and with every queue
-# due (what every pass cost before passes stepped only through due queues).
+# working. Prints the CPU of the server process and of its PostgreSQL client backends over 60 s
+# with nothing due and with the looks at every queue spread as in steady state, the queue steps
+# in each window, how many queues one /metrics scrape reports, and `pgvs3 maintain --once` with
+# nothing due and with every queue due (what every pass cost before passes stepped only through
+# due queues).
 #
 # Needs a PostgreSQL whose admin URL is ADMIN_URL (default: the local one, user postgres) and a
 # release build (cargo build --release). The database idle1000 is dropped and made again. Takes
@@ -41,16 +43,26 @@ done
 backends=$(psql -qAt "$ADMIN_URL" -c "SELECT string_agg(pid::text, ' ') FROM pg_stat_activity
                                         WHERE datname = 'idle1000' AND backend_type = 'client backend'")
 ticks() { for p in $SERVER $backends; do awk '{ print $14 + $15 }' "/proc/$p/stat" 2>/dev/null; done | paste -sd+ | bc; }
-# Scrapes stay outside the window: with 1,000 queues /metrics is itself expensive.
-s0=$(metric pgvs3_maintenance_queue_steps_total); p0=$(metric pgvs3_maintenance_passes_total)
-sleep 5
-t0=$(ticks)
-sleep 60
-t1=$(ticks)
-s1=$(metric pgvs3_maintenance_queue_steps_total); p1=$(metric pgvs3_maintenance_passes_total)
 hz=$(getconf CLK_TCK)
-echo "idle 60 s: server + client backends $(echo "scale=2; 100 * ($t1 - $t0) / $hz / 60" | bc) % of one core;" \
-     "passes $((p1 - p0)), queue steps $((s1 - s0))"
+# CPU of the server and its backends over 60 s; scrapes stay outside the window (with 1,000
+# queues /metrics is itself expensive).
+window() {
+    local s0 p0 t0 t1 s1 p1
+    s0=$(metric pgvs3_maintenance_queue_steps_total); p0=$(metric pgvs3_maintenance_passes_total)
+    sleep 5
+    t0=$(ticks)
+    sleep 60
+    t1=$(ticks)
+    s1=$(metric pgvs3_maintenance_queue_steps_total); p1=$(metric pgvs3_maintenance_passes_total)
+    echo "idle 60 s, $1: server + client backends $(echo "scale=2; 100 * ($t1 - $t0) / $hz / 60" | bc) %" \
+         "of one core; passes $((p1 - p0)), queue steps $((s1 - s0))"
+}
+window "nothing due"
+# Steady state: each queue's next look spread evenly over 30 minutes, the mean of the 20-40
+# minute look, so steps come at the steady rate of 1,000 per 30 minutes.
+psql -q "$URL" -c "UPDATE s3p.queues SET maintain_after = now() + random() * interval '30 minutes'" >/dev/null
+window "looks spread over 30 minutes"
+echo "/metrics reports $(curl -s "127.0.0.1:$PORT/metrics" | grep -c '^pgvs3_jobs{queue="idle-[0-9]*",state="available"} 1$') of 1000 queues"
 
 kill "$SERVER"; wait "$SERVER" 2>/dev/null || true
 timed() { local start end; start=$(date +%s.%N); "$BIN" maintain --once --database-url "$URL" 2>/dev/null; end=$(date +%s.%N);

@@ -498,7 +498,7 @@ BEGIN
     EXECUTE format('SELECT %I.next_due($1)', q.schema_name) INTO due
         USING coalesce((q.settings->>'job_retention_ms')::bigint, default_retention_ms);
     UPDATE s3p.queues x
-       SET maintain_after = least(due, now() + interval '5 minutes' + random() * interval '5 minutes')
+       SET maintain_after = least(due, now() + interval '20 minutes' + random() * interval '20 minutes')
      WHERE x.name = queue;
     RETURN QUERY SELECT r.released::bigint, r.expired::bigint, r.removed::bigint,
                         s.retries_moved::bigint, s.rotated;
@@ -526,8 +526,8 @@ LANGUAGE sql STABLE AS $$
 $$;
 
 -- When each queue next needs its maintenance step (NULL: now). The step sets it from what the
--- queue holds (`next_due`), at most 5-10 minutes ahead, so work no gateway marked (direct SQL
--- callers) is found within minutes; gateways mark queues their requests gave work
+-- queue holds (`next_due`), at most 20-40 minutes ahead, so work no gateway marked (direct SQL
+-- callers) is found within 40 minutes at the latest; gateways mark queues their requests gave work
 -- (`s3p.mark_queues_due`). A pass steps only through due queues.
 ALTER TABLE s3p.queues ADD COLUMN IF NOT EXISTS maintain_after timestamptz;
 
