@@ -83,14 +83,38 @@ BEGIN
 END
 $$;
 
-CREATE OR REPLACE FUNCTION s3p.stream_receive(queue text, consumer text, member text, max_events int, new_batch uuid)
+-- What an event counts against a receive's byte budget: its payload and headers as JSON text,
+-- about what the answer carries for it (no headers, or JSON null, count nothing).
+CREATE OR REPLACE FUNCTION s3p.stream_event_bytes(payload jsonb, headers jsonb) RETURNS bigint
+LANGUAGE sql IMMUTABLE PARALLEL SAFE AS $$
+    SELECT octet_length(payload::text)::bigint
+           + coalesce(octet_length(nullif(headers, 'null'::jsonb)::text), 0)
+$$;
+
+-- `max_bytes` last, with its default (16 MiB), so SQL callers of the older signature still work.
+DROP FUNCTION IF EXISTS s3p.stream_receive(text, text, text, int, uuid);
+CREATE OR REPLACE FUNCTION s3p.stream_receive(queue text, consumer text, member text, max_events int,
+                                              new_batch uuid, max_bytes bigint DEFAULT 16777216)
 RETURNS TABLE (batch_id uuid, consumer_name text, member_name text, start_tick bigint, end_tick bigint,
                state text, batch_created_at timestamptz, seq bigint, event_id uuid, type text,
                payload jsonb, headers jsonb, retry_count int, created_at timestamptz)
 LANGUAGE plpgsql AS $$
 BEGIN
-    RETURN QUERY EXECUTE format('SELECT * FROM %I.stream_receive($1, $2, $3, $4)', s3p.existing_queue_schema(queue))
-        USING consumer, member, max_events, new_batch;
+    RETURN QUERY EXECUTE format('SELECT * FROM %I.stream_receive($1, $2, $3, $4, $5)', s3p.existing_queue_schema(queue))
+        USING consumer, member, max_events, new_batch, max_bytes;
+END
+$$;
+
+-- A batch's state alone (active, acked, taken_over), without its events; NULL when there is no
+-- such batch.
+CREATE OR REPLACE FUNCTION s3p.stream_batch_state(queue text, id uuid) RETURNS text
+LANGUAGE plpgsql STABLE AS $$
+DECLARE
+    found_state text;
+BEGIN
+    EXECUTE format('SELECT b.state FROM %I.stream_batches b WHERE b.batch_id = $1', s3p.existing_queue_schema(queue))
+        INTO found_state USING id;
+    RETURN found_state;
 END
 $$;
 
@@ -145,13 +169,15 @@ BEGIN
 END
 $$;
 
-CREATE OR REPLACE FUNCTION s3p.stream_dead_letters(queue text, page_size int, page_offset int)
+DROP FUNCTION IF EXISTS s3p.stream_dead_letters(text, int, int);
+CREATE OR REPLACE FUNCTION s3p.stream_dead_letters(queue text, page_size int, page_offset int,
+                                                   max_bytes bigint DEFAULT 16777216)
 RETURNS TABLE (id uuid, event_id uuid, consumer text, type text, payload jsonb, headers jsonb,
-               retry_count int, reason text, failed_at timestamptz)
+               retry_count int, reason text, failed_at timestamptz, cut boolean)
 LANGUAGE plpgsql STABLE AS $$
 BEGIN
-    RETURN QUERY EXECUTE format('SELECT * FROM %I.stream_dead_letter_page($1, $2)', s3p.existing_queue_schema(queue))
-        USING page_size, page_offset;
+    RETURN QUERY EXECUTE format('SELECT * FROM %I.stream_dead_letter_page($1, $2, $3)', s3p.existing_queue_schema(queue))
+        USING page_size, page_offset, max_bytes;
 END
 $$;
 

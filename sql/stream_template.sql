@@ -28,6 +28,8 @@ CREATE TABLE IF NOT EXISTS __SCHEMA__.stream_ticks (
 ALTER TABLE __SCHEMA__.stream_ticks ADD COLUMN IF NOT EXISTS prev_tick bigint;
 ALTER TABLE __SCHEMA__.stream_ticks ADD COLUMN IF NOT EXISTS added bigint;
 ALTER TABLE __SCHEMA__.stream_ticks ADD COLUMN IF NOT EXISTS targeted bigint;
+-- The size of the events it added (s3p.stream_event_bytes), for the receive's byte budget.
+ALTER TABLE __SCHEMA__.stream_ticks ADD COLUMN IF NOT EXISTS added_bytes bigint;
 
 -- Per physical segment: when it stopped being current and its seal (a snapshot xmax taken in a
 -- later transaction, so every writer of the segment is below it).
@@ -276,20 +278,23 @@ DECLARE
     now_snapshot pg_snapshot := __SCHEMA__.stream_snapshot();
     n_added bigint;
     n_targeted bigint;
+    n_bytes bigint;
     created bigint;
 BEGIN
     SELECT t.tick_id, t.snapshot INTO latest FROM __SCHEMA__.stream_ticks t ORDER BY t.tick_id DESC LIMIT 1;
     IF latest.tick_id IS NOT NULL THEN
-        SELECT count(*), count(*) FILTER (WHERE e.target IS NOT NULL) INTO n_added, n_targeted
+        SELECT count(*), count(*) FILTER (WHERE e.target IS NOT NULL),
+               coalesce(sum(s3p.stream_event_bytes(e.payload, e.headers)), 0)
+          INTO n_added, n_targeted, n_bytes
           FROM __SCHEMA__.stream_events e
          WHERE e.txid >= pg_snapshot_xmin(latest.snapshot) AND e.txid < pg_snapshot_xmax(now_snapshot)
            AND pg_visible_in_snapshot(e.txid, now_snapshot)
            AND NOT pg_visible_in_snapshot(e.txid, latest.snapshot);
     END IF;
     IF force OR latest.tick_id IS NULL OR n_added > 0 THEN
-        INSERT INTO __SCHEMA__.stream_ticks (snapshot, max_seq, prev_tick, added, targeted)
+        INSERT INTO __SCHEMA__.stream_ticks (snapshot, max_seq, prev_tick, added, targeted, added_bytes)
         VALUES (now_snapshot, coalesce((SELECT max(e.seq) FROM __SCHEMA__.stream_events e), 0),
-                latest.tick_id, n_added, n_targeted)
+                latest.tick_id, n_added, n_targeted, n_bytes)
         RETURNING tick_id INTO created;
         RETURN created;
     END IF;
@@ -299,9 +304,12 @@ $fn$;
 
 -- Receives the next batch for a consumer (or a cooperative member): the active batch again if
 -- there is one; else the events from the cursor tick to the next tick, merging further ticks while
--- the total stays within `max_events`. A next tick alone over `max_events` raises PV413 and changes
--- nothing. Empty ranges move the cursor. Returns no rows when there is nothing to deliver.
-CREATE OR REPLACE FUNCTION __SCHEMA__.stream_receive(name text, member_name text, max_events int, new_batch uuid)
+-- the total stays within `max_events` events and `max_bytes` bytes (s3p.stream_event_bytes). A
+-- next tick alone over either raises PV413 and changes nothing. Empty ranges move the cursor.
+-- Returns no rows when there is nothing to deliver.
+DROP FUNCTION IF EXISTS __SCHEMA__.stream_receive(text, text, int, uuid);
+CREATE OR REPLACE FUNCTION __SCHEMA__.stream_receive(name text, member_name text, max_events int, new_batch uuid,
+                                                     max_bytes bigint DEFAULT 16777216)
 RETURNS TABLE (batch_id uuid, consumer text, member text, start_tick bigint, end_tick bigint,
                state text, batch_created_at timestamptz, seq bigint, event_id uuid, type text,
                payload jsonb, headers jsonb, retry_count int, created_at timestamptz)
@@ -316,6 +324,7 @@ DECLARE
     end_tick_id bigint;
     end_snap    pg_snapshot;
     n           bigint;
+    bytes       bigint;
     merged      int := 0;
     cfg         __SCHEMA__.stream_config;
 BEGIN
@@ -358,7 +367,7 @@ BEGIN
 
     LOOP
         SELECT t.snapshot INTO cursor_snap FROM __SCHEMA__.stream_ticks t WHERE t.tick_id = cursor_tick;
-        SELECT t.tick_id, t.snapshot, t.prev_tick, t.added, t.targeted INTO next_tick
+        SELECT t.tick_id, t.snapshot, t.prev_tick, t.added, t.targeted, t.added_bytes INTO next_tick
           FROM __SCHEMA__.stream_ticks t
          WHERE t.tick_id > cursor_tick ORDER BY t.tick_id LIMIT 1;
         IF NOT FOUND THEN
@@ -370,11 +379,13 @@ BEGIN
             CONTINUE;
         END IF;
 
-        IF next_tick.prev_tick = cursor_tick AND next_tick.targeted = 0 THEN
+        IF next_tick.prev_tick = cursor_tick AND next_tick.targeted = 0 AND next_tick.added_bytes IS NOT NULL THEN
             -- The tick follows the cursor and holds no targeted event: its size is this batch's.
             n := next_tick.added;
+            bytes := next_tick.added_bytes;
         ELSE
-            SELECT count(*) INTO n FROM __SCHEMA__.stream_between(cursor_snap, next_tick.snapshot, name);
+            SELECT count(*), coalesce(sum(s3p.stream_event_bytes(e.payload, e.headers)), 0) INTO n, bytes
+              FROM __SCHEMA__.stream_between(cursor_snap, next_tick.snapshot, name) e;
         END IF;
         IF n = 0 THEN
             -- An empty range: the cursor moves past it (recorded as an acked batch for groups).
@@ -394,24 +405,30 @@ BEGIN
             RAISE EXCEPTION 'the next batch holds % events, more than max %', n, max_events
                 USING ERRCODE = 'PV413';
         END IF;
+        IF bytes > max_bytes THEN
+            RAISE EXCEPTION 'the next batch holds % bytes of events, more than max_bytes %', bytes, max_bytes
+                USING ERRCODE = 'PV413';
+        END IF;
 
         end_tick_id := next_tick.tick_id;
         end_snap := next_tick.snapshot;
-        -- Merge further consecutive ticks while the batch stays within max_events. A tick that
-        -- follows the batch's end adds at most its `added` events (fewer when some are targeted
-        -- at other consumers), so that bound stands in for a count.
+        -- Merge further consecutive ticks while the batch stays within max_events and max_bytes.
+        -- A tick that follows the batch's end adds at most its `added` events and `added_bytes`
+        -- (fewer when some are targeted at other consumers), so those bounds stand in for a count.
         LOOP
             EXIT WHEN merged >= 100;
-            SELECT t.tick_id, t.snapshot, t.prev_tick, t.added, t.targeted INTO next_tick
+            SELECT t.tick_id, t.snapshot, t.prev_tick, t.added, t.targeted, t.added_bytes INTO next_tick
               FROM __SCHEMA__.stream_ticks t
              WHERE t.tick_id > end_tick_id ORDER BY t.tick_id LIMIT 1;
             EXIT WHEN NOT FOUND;
-            IF next_tick.prev_tick = end_tick_id AND next_tick.added IS NOT NULL THEN
+            IF next_tick.prev_tick = end_tick_id AND next_tick.added IS NOT NULL AND next_tick.added_bytes IS NOT NULL THEN
                 n := n + next_tick.added;
+                bytes := bytes + next_tick.added_bytes;
             ELSE
-                SELECT count(*) INTO n FROM __SCHEMA__.stream_between(cursor_snap, next_tick.snapshot, name);
+                SELECT count(*), coalesce(sum(s3p.stream_event_bytes(e.payload, e.headers)), 0) INTO n, bytes
+                  FROM __SCHEMA__.stream_between(cursor_snap, next_tick.snapshot, name) e;
             END IF;
-            EXIT WHEN n > max_events;
+            EXIT WHEN n > max_events OR bytes > max_bytes;
             end_tick_id := next_tick.tick_id;
             end_snap := next_tick.snapshot;
             merged := merged + 1;
@@ -593,10 +610,26 @@ END
 $fn$;
 
 -- Dead letters, oldest first.
-CREATE OR REPLACE FUNCTION __SCHEMA__.stream_dead_letter_page(page_size int, page_offset int)
-RETURNS SETOF __SCHEMA__.stream_dead_letters
+-- A page of dead letters, oldest first, cut short where the entries' bytes (s3p.stream_event_bytes)
+-- pass `max_bytes` (the first entry always comes); `cut` on every row says whether it was.
+DROP FUNCTION IF EXISTS __SCHEMA__.stream_dead_letter_page(int, int);
+CREATE OR REPLACE FUNCTION __SCHEMA__.stream_dead_letter_page(page_size int, page_offset int,
+                                                              max_bytes bigint DEFAULT 16777216)
+RETURNS TABLE (id uuid, event_id uuid, consumer text, type text, payload jsonb, headers jsonb,
+               retry_count int, reason text, failed_at timestamptz, cut boolean)
 LANGUAGE sql STABLE AS $fn$
-    SELECT * FROM __SCHEMA__.stream_dead_letters d ORDER BY d.failed_at, d.id LIMIT page_size OFFSET page_offset
+    WITH page AS (
+        SELECT d.*, row_number() OVER (ORDER BY d.failed_at, d.id) AS n,
+               sum(s3p.stream_event_bytes(d.payload, d.headers)) OVER (ORDER BY d.failed_at, d.id) AS running
+          FROM (SELECT * FROM __SCHEMA__.stream_dead_letters x
+                 ORDER BY x.failed_at, x.id LIMIT page_size OFFSET page_offset) d
+    ), kept AS (
+        SELECT p.*, count(*) OVER () AS kept_rows, (SELECT count(*) FROM page) AS page_rows
+          FROM page p WHERE p.n = 1 OR p.running <= max_bytes
+    )
+    SELECT k.id, k.event_id, k.consumer, k.type, k.payload, k.headers, k.retry_count, k.reason,
+           k.failed_at, k.kept_rows < k.page_rows
+      FROM kept k ORDER BY k.n
 $fn$;
 
 -- Replays dead letters (one, or all when `id` is NULL) as fresh events for their consumer.

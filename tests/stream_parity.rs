@@ -354,7 +354,7 @@ impl Client {
         &mut self,
         queue: &str,
         consumer: &str,
-        max: Option<i64>,
+        (max, max_bytes): (Option<i64>, Option<i64>),
         wait_ms: Option<i64>,
     ) -> Result<Option<Got>, String> {
         match self {
@@ -362,6 +362,9 @@ impl Client {
                 let mut body = json!({ "consumer": consumer });
                 if let Some(max) = max {
                     body["max"] = json!(max);
+                }
+                if let Some(max_bytes) = max_bytes {
+                    body["max_bytes"] = json!(max_bytes);
                 }
                 if let Some(wait) = wait_ms {
                     body["wait_ms"] = json!(wait);
@@ -382,6 +385,7 @@ impl Client {
                     member: None,
                     max,
                     wait_ms,
+                    max_bytes,
                 })
                 .await
                 .map_err(grpc_error)?
@@ -392,7 +396,7 @@ impl Client {
     }
 
     async fn receive(&mut self, consumer: &str, max: Option<i64>) -> Result<Option<Got>, String> {
-        self.receive_in(QUEUE, consumer, max, None).await
+        self.receive_in(QUEUE, consumer, (max, None), None).await
     }
 
     async fn batch(&mut self, id: &str) -> Result<Got, String> {
@@ -745,6 +749,22 @@ async fn run_scenarios(client: &mut Client) -> Vec<(String, Vec<String>)> {
         "max 1 {}",
         show(&client.receive("c1", Some(1)).await)
     ));
+    trace.push(format!(
+        "max_bytes 10 {}",
+        show(
+            &client
+                .receive_in(QUEUE, "c1", (Some(100), Some(10)), None)
+                .await
+        )
+    ));
+    trace.push(format!(
+        "max_bytes 0 {}",
+        show(
+            &client
+                .receive_in(QUEUE, "c1", (Some(100), Some(0)), None)
+                .await
+        )
+    ));
     let received = client.receive("c1", Some(100)).await;
     trace.push(format!("max 100 {}", show(&received)));
     let batch = take(received);
@@ -876,7 +896,9 @@ async fn run_scenarios(client: &mut Client) -> Vec<(String, Vec<String>)> {
     let mut waiter = client.clone();
     let started = Instant::now();
     let waiting = tokio::spawn(async move {
-        let got = waiter.receive_in(QUEUE, "c1", None, Some(3000)).await;
+        let got = waiter
+            .receive_in(QUEUE, "c1", (None, None), Some(3000))
+            .await;
         (got, started.elapsed())
     });
     tokio::time::sleep(Duration::from_millis(300)).await;
@@ -894,7 +916,9 @@ async fn run_scenarios(client: &mut Client) -> Vec<(String, Vec<String>)> {
         ));
     }
     let started = Instant::now();
-    let idle = client.receive_in(QUEUE, "c1", None, Some(300)).await;
+    let idle = client
+        .receive_in(QUEUE, "c1", (None, None), Some(300))
+        .await;
     trace.push(format!(
         "idle {} waited {}",
         show(&idle),
@@ -912,7 +936,7 @@ async fn run_scenarios(client: &mut Client) -> Vec<(String, Vec<String>)> {
         format!("unsubscribe ghost {:?}", client.unsubscribe("ghost").await),
         format!(
             "receive nowhere {}",
-            show(&client.receive_in("nowhere", "c1", None, None).await)
+            show(&client.receive_in("nowhere", "c1", (None, None), None).await)
         ),
         format!(
             "receive max 0 {}",
@@ -920,7 +944,11 @@ async fn run_scenarios(client: &mut Client) -> Vec<(String, Vec<String>)> {
         ),
         format!(
             "receive wait 9999 {}",
-            show(&client.receive_in(QUEUE, "c1", None, Some(9999)).await)
+            show(
+                &client
+                    .receive_in(QUEUE, "c1", (None, None), Some(9999))
+                    .await
+            )
         ),
         format!(
             "get unknown batch {}",
@@ -1018,6 +1046,8 @@ async fn streams_are_the_same_over_http_and_grpc() {
             vec![
                 "append Ok(2)",
                 "max 1 Err(batch_too_large)",
+                "max_bytes 10 Err(batch_too_large)",
+                "max_bytes 0 Err(invalid_request)",
                 "max 100 active 2 events n=[1,2] retries=[0, 0]",
                 r#"types ["order.created", "order.created"] headers [{"source": "parity"}, {}]"#,
                 "again same batch true same events true",

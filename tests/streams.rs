@@ -744,6 +744,124 @@ async fn max_smaller_than_the_next_tick_is_413_and_nothing_is_lost() {
     assert_eq!(rest, more);
 }
 
+/// `max_bytes` bounds a batch by its events' bytes (payload and headers as JSON text) the way
+/// `max` bounds it by count: a next tick alone over it is 413 and changes nothing, merging stops
+/// before it, and it must lie in 1..=16 MiB.
+#[tokio::test]
+async fn max_bytes_bounds_a_batch_and_nothing_is_lost() {
+    let app = spawn_quiet().await;
+    let api = Api::new(&app);
+    let q = "toobig";
+    api.subscribe(q, "ticker", None, false).await;
+    let c = api.subscribe(q, "c", None, false).await;
+    let start = int(&c, "last_tick");
+    // Each payload is {"pad": "x..x"} with 1,000 x's: 1,011 bytes as JSON text.
+    let padded = |_| msg("padded", json!({"pad": "x".repeat(1000)}));
+    // Tick 1: 4 events (4,044 bytes); tick 2: 2 events (2,022 bytes).
+    let mut appended: Vec<String> = api
+        .append_many(q, (0..4).map(padded).collect())
+        .await
+        .into_iter()
+        .map(|(id, _)| id)
+        .collect();
+    assert_eq!(all_ids(&api.drain(q, "ticker", 100).await).len(), 4);
+    appended.extend(
+        api.append_many(q, (0..2).map(padded).collect())
+            .await
+            .into_iter()
+            .map(|(id, _)| id),
+    );
+    assert_eq!(all_ids(&api.drain(q, "ticker", 100).await).len(), 2);
+
+    for max_bytes in [1, 1011, 4043] {
+        let (status, answer) = api
+            .receive_raw(
+                q,
+                json!({"consumer": "c", "max": 100, "max_bytes": max_bytes}),
+            )
+            .await;
+        assert_eq!(
+            status,
+            StatusCode::PAYLOAD_TOO_LARGE,
+            "max_bytes {max_bytes}: {answer}"
+        );
+        assert_eq!(error_code(&answer), "batch_too_large");
+        assert!(
+            answer["error"]["message"]
+                .as_str()
+                .is_some_and(|m| m.contains("max_bytes")),
+            "{answer}"
+        );
+        assert_eq!(int(&api.consumer(q, "c").await, "last_tick"), start);
+    }
+    for max_bytes in [0, 16 * 1024 * 1024 + 1] {
+        let (status, answer) = api
+            .receive_raw(q, json!({"consumer": "c", "max_bytes": max_bytes}))
+            .await;
+        assert_eq!(
+            status,
+            StatusCode::BAD_REQUEST,
+            "max_bytes {max_bytes}: {answer}"
+        );
+    }
+    // A budget that fits the first tick but not both: exactly the first tick.
+    let (status, first) = api
+        .receive_raw(q, json!({"consumer": "c", "max": 100, "max_bytes": 6065}))
+        .await;
+    assert_eq!(status, StatusCode::OK, "{first}");
+    assert_eq!(ids(&first), appended[..4].to_vec());
+    api.ack(q, &batch_id(&first).expect("batch")).await;
+    // Without max_bytes the 16 MiB default applies: the rest.
+    let second = api.receive(q, "c", 100).await;
+    assert_eq!(ids(&second), appended[4..].to_vec());
+    api.ack(q, &batch_id(&second).expect("batch")).await;
+    assert_eq!(batch_id(&api.receive(q, "c", 100).await), None);
+
+    // Both ticks within one budget: merged into one batch.
+    let d = api.subscribe(q, "d", Some(start), false).await;
+    assert_eq!(int(&d, "last_tick"), start);
+    let (status, both) = api
+        .receive_raw(q, json!({"consumer": "d", "max": 100, "max_bytes": 6066}))
+        .await;
+    assert_eq!(status, StatusCode::OK, "{both}");
+    assert_eq!(ids(&both), appended);
+}
+
+/// A page of stream dead letters stops before its entries pass 16 MiB (the first always comes)
+/// and says where the next page starts; the last page says nothing more.
+#[tokio::test]
+async fn dead_letter_pages_stop_at_sixteen_mib() {
+    let app = spawn_quiet().await;
+    let api = Api::new(&app);
+    let q = "bigdead";
+    api.subscribe(q, "c", None, false).await;
+    let mut conn = db(&app).await;
+    let schema = queue_schema(&mut conn, q).await;
+    // 20 dead letters of 1 MiB each, written directly: making them through 20 nacks of 1 MiB
+    // messages would only slow the test down.
+    sqlx::query(sqlx::AssertSqlSafe(format!(
+        "INSERT INTO {schema}.stream_dead_letters (id, event_id, consumer, type, payload, retry_count, reason, failed_at)
+         SELECT gen_random_uuid(), gen_random_uuid(), 'c', 'big', jsonb_build_object('pad', repeat('x', 1048576)),
+                1, 'test', now() + g * interval '1 ms'
+           FROM generate_series(1, 20) g"
+    )))
+    .execute(&mut conn)
+    .await
+    .expect("dead letters");
+    let (status, page) = api.get(&format!("/ojs/v1/queues/{q}/dlq?limit=100")).await;
+    assert_eq!(status, StatusCode::OK);
+    let first = page["dead_letters"].as_array().expect("entries").len();
+    // 1 MiB + 11 bytes each: 15 fit in 16 MiB, the 16th would not.
+    assert_eq!(first, 15, "entries in the first page");
+    assert_eq!(page["next_offset"], json!(15));
+    let (status, page) = api
+        .get(&format!("/ojs/v1/queues/{q}/dlq?limit=100&offset=15"))
+        .await;
+    assert_eq!(status, StatusCode::OK);
+    assert_eq!(page["dead_letters"].as_array().expect("entries").len(), 5);
+    assert!(page.get("next_offset").is_none_or(Value::is_null), "{page}");
+}
+
 // ---------------------------------------------------------------------------------------------
 // Mixed batch: nack one, ack the rest
 

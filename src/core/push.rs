@@ -44,7 +44,7 @@ pub const BATCH_RECHECK: Duration = Duration::from_millis(200);
 
 /// Page size when reading the event log.
 const EVENT_PAGE: i64 = 1000;
-/// Most event pages one poll reads before handing over what it found.
+/// Most event pages one poll reads while its filters leave nothing to hand over.
 const MAX_PAGES: usize = 20;
 /// Outstanding jobs re-read at once by a sweep.
 const SWEEP_PARALLELISM: usize = 4;
@@ -495,6 +495,11 @@ impl EventPump {
             if !page.has_more {
                 return Ok((found, false));
             }
+            // One page found is handed over before the next is read: a stream holds at most a
+            // page of events (pages the filters empty are read on, up to MAX_PAGES).
+            if !found.is_empty() {
+                return Ok((found, true));
+            }
         }
         Ok((found, true))
     }
@@ -526,6 +531,7 @@ struct BatchPump {
     consumer: String,
     member: Option<String>,
     max: Option<i64>,
+    max_bytes: Option<i64>,
     /// The batch sent last while it may still be active.
     sent: Option<Uuid>,
 }
@@ -545,6 +551,7 @@ pub async fn batches(
         consumer: receive.consumer,
         member: receive.member,
         max: receive.max,
+        max_bytes: receive.max_bytes,
         sent: None,
     };
     let first = pump.receive(0).await?;
@@ -557,6 +564,7 @@ impl BatchPump {
             consumer: self.consumer.clone(),
             member: self.member.clone(),
             max: self.max,
+            max_bytes: self.max_bytes,
             wait_ms: Some(wait_ms),
         };
         let batch = self.service.receive(&self.queue, receive, || {}).await?;
@@ -564,13 +572,12 @@ impl BatchPump {
         Ok(batch.into_iter().collect())
     }
 
-    /// Whether the batch sent last is still active.
+    /// Whether the batch sent last is still active; reads its state only, not its events.
     async fn still_active(&self, id: Uuid) -> Result<bool, CoreError> {
-        match self.service.batch(&self.queue, &id.to_string()).await {
-            Ok(batch) => Ok(batch.state == "active"),
-            // Gone (consumer removed, or trimmed): the next receive tells what holds now.
+        match self.service.batch_is_active(&self.queue, id).await {
+            // Gone (consumer or queue removed): the next receive tells what holds now.
             Err(e) if e.kind == ErrorKind::NotFound => Ok(false),
-            Err(e) => Err(e),
+            other => other,
         }
     }
 }

@@ -14,6 +14,9 @@ use super::{CoreError, Service};
 pub const MAX_APPEND_BATCH: usize = 1000;
 /// Most events one receive may ask for.
 pub const MAX_RECEIVE: i64 = 10_000;
+/// Largest batch one receive answers, counted as its events' payloads and headers in JSON
+/// (`s3p.stream_event_bytes`); also the default of a receive's `max_bytes`.
+pub const MAX_RESPONSE_BYTES: i64 = 16 * 1024 * 1024;
 /// Longest receive long poll.
 pub const MAX_RECEIVE_WAIT_MS: i64 = 5_000;
 /// Shortest retention.
@@ -158,6 +161,15 @@ pub struct StreamDeadLetter {
     pub failed_at: DateTime<Utc>,
 }
 
+/// A page of stream dead letters.
+#[derive(Debug, Clone, PartialEq)]
+pub struct DeadLetterPage {
+    /// The entries, oldest first.
+    pub letters: Vec<StreamDeadLetter>,
+    /// Where the next page starts when the byte budget cut this one short of its limit.
+    pub next_offset: Option<i64>,
+}
+
 /// A receive request.
 #[derive(Debug, Clone, Default)]
 pub struct Receive {
@@ -167,6 +179,8 @@ pub struct Receive {
     pub member: Option<String>,
     /// Ceiling on the batch size (default 100).
     pub max: Option<i64>,
+    /// Ceiling on the batch's bytes (default and most: `MAX_RESPONSE_BYTES`).
+    pub max_bytes: Option<i64>,
     /// Long poll bound.
     pub wait_ms: Option<i64>,
 }
@@ -327,6 +341,13 @@ impl Service {
             ))
             .with_detail("field", "max".into()));
         }
+        let max_bytes = request.max_bytes.unwrap_or(MAX_RESPONSE_BYTES);
+        if !(1..=MAX_RESPONSE_BYTES).contains(&max_bytes) {
+            return Err(CoreError::invalid(format!(
+                "max_bytes must be between 1 and {MAX_RESPONSE_BYTES}, not {max_bytes}"
+            ))
+            .with_detail("field", "max_bytes".into()));
+        }
         let wait_ms = request.wait_ms.unwrap_or(0);
         if !(0..=MAX_RECEIVE_WAIT_MS).contains(&wait_ms) {
             return Err(CoreError::invalid(format!(
@@ -346,6 +367,7 @@ impl Service {
                     &request.consumer,
                     request.member.as_deref(),
                     max as i32,
+                    max_bytes,
                 )
                 .await?;
             if batch.is_some() || wait_ms == 0 {
@@ -365,6 +387,13 @@ impl Service {
         check_queue_name(queue)?;
         let id = parse_uuid("batch_id", batch_id)?;
         self.store.stream_batch(queue, id).await
+    }
+
+    /// Whether a batch is still active (`false` when it is acked, taken over or gone).
+    pub async fn batch_is_active(&self, queue: &str, id: uuid::Uuid) -> Result<bool, CoreError> {
+        check_queue_name(queue)?;
+        let state = self.store.stream_batch_state(queue, id).await?;
+        Ok(state.as_deref() == Some("active"))
     }
 
     /// Acknowledges a batch; returns the consumer's cursor tick.
@@ -445,13 +474,13 @@ impl Service {
             .await
     }
 
-    /// A page of dead letters.
+    /// A page of dead letters, oldest first: up to `limit` entries and `MAX_RESPONSE_BYTES`.
     pub async fn stream_dead_letters(
         &self,
         queue: &str,
         limit: Option<i64>,
         offset: Option<i64>,
-    ) -> Result<Vec<StreamDeadLetter>, CoreError> {
+    ) -> Result<DeadLetterPage, CoreError> {
         check_queue_name(queue)?;
         let limit = limit.unwrap_or(100);
         if !(1..=1000).contains(&limit) {
@@ -460,9 +489,15 @@ impl Service {
             )));
         }
         let offset = super::validate::check_offset(offset.unwrap_or(0))?;
-        self.store
-            .stream_dead_letters(queue, limit as i32, offset as i32)
-            .await
+        let (letters, cut) = self
+            .store
+            .stream_dead_letters(queue, limit as i32, offset as i32, MAX_RESPONSE_BYTES)
+            .await?;
+        let next_offset = cut.then(|| offset + letters.len() as i64);
+        Ok(DeadLetterPage {
+            letters,
+            next_offset,
+        })
     }
 
     /// Replays one dead letter (or all when `id` is `None`) to its consumer.

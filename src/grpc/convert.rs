@@ -12,15 +12,22 @@ use crate::core::{CoreError, EnqueueJob, Job, JobState, WorkerDirective};
 
 /// JSON → protobuf Value.
 pub fn to_value(value: &Value) -> prost_types::Value {
+    into_value(value.clone())
+}
+
+/// JSON → protobuf Value, moving strings and keys instead of copying them.
+pub fn into_value(value: Value) -> prost_types::Value {
     let kind = match value {
         Value::Null => Kind::NullValue(0),
-        Value::Bool(b) => Kind::BoolValue(*b),
+        Value::Bool(b) => Kind::BoolValue(b),
         Value::Number(n) => Kind::NumberValue(n.as_f64().unwrap_or(0.0)),
-        Value::String(s) => Kind::StringValue(s.clone()),
+        Value::String(s) => Kind::StringValue(s),
         Value::Array(items) => Kind::ListValue(prost_types::ListValue {
-            values: items.iter().map(to_value).collect(),
+            values: items.into_iter().map(into_value).collect(),
         }),
-        Value::Object(map) => Kind::StructValue(to_struct(map)),
+        Value::Object(map) => Kind::StructValue(prost_types::Struct {
+            fields: map.into_iter().map(|(k, v)| (k, into_value(v))).collect(),
+        }),
     };
     prost_types::Value { kind: Some(kind) }
 }
@@ -28,7 +35,10 @@ pub fn to_value(value: &Value) -> prost_types::Value {
 /// JSON object → protobuf Struct.
 pub fn to_struct(map: &Map<String, Value>) -> prost_types::Struct {
     prost_types::Struct {
-        fields: map.iter().map(|(k, v)| (k.clone(), to_value(v))).collect(),
+        fields: map
+            .iter()
+            .map(|(k, v)| (k.clone(), into_value(v.clone())))
+            .collect(),
     }
 }
 

@@ -9,7 +9,7 @@ use futures_util::{Stream, StreamExt};
 use serde_json::{Map, Value};
 use tonic::{Request, Response, Status};
 
-use super::convert::{created_at, from_value, to_struct, to_value};
+use super::convert::{created_at, from_value, into_value, to_struct, to_value};
 use super::proto::pgvs3::v1 as pb;
 use super::proto::pgvs3::v1::stream_service_server::StreamService;
 use super::push;
@@ -71,29 +71,30 @@ fn appended(a: &Appended) -> pb::Appended {
     }
 }
 
-fn event(e: &StreamEvent) -> pb::Event {
+/// An event on the wire; takes the event so its payload moves into the protobuf value.
+fn event(e: StreamEvent) -> pb::Event {
     pb::Event {
         id: e.id.to_string(),
         seq: e.seq,
-        r#type: e.message_type.clone(),
-        payload: Some(to_value(&e.payload)),
+        r#type: e.message_type,
+        payload: Some(into_value(e.payload)),
         headers: headers(e.headers.as_ref()),
         retry_count: e.retry_count,
         created_at: Some(created_at(&e.created_at)),
     }
 }
 
-fn batch(b: &Batch) -> pb::Batch {
+fn batch(b: Batch) -> pb::Batch {
     pb::Batch {
         batch_id: b.id.to_string(),
-        consumer: b.consumer.clone(),
-        member: b.member.clone().unwrap_or_default(),
+        count: b.events.len() as i64,
+        consumer: b.consumer,
+        member: b.member.unwrap_or_default(),
         start_tick: b.start_tick,
         end_tick: b.end_tick,
-        state: b.state.clone(),
+        state: b.state,
         created_at: Some(created_at(&b.created_at)),
-        count: b.events.len() as i64,
-        events: b.events.iter().map(event).collect(),
+        events: b.events.into_iter().map(event).collect(),
     }
 }
 
@@ -233,6 +234,7 @@ impl StreamService for StreamAdapter {
             consumer: r.consumer,
             member: r.member,
             max: r.max,
+            max_bytes: r.max_bytes,
             wait_ms: r.wait_ms,
         };
         let result = self
@@ -242,7 +244,7 @@ impl StreamService for StreamAdapter {
         answer(
             &id,
             result.map(|b| pb::ReceiveResponse {
-                batch: b.as_ref().map(batch),
+                batch: b.map(batch),
             }),
         )
     }
@@ -263,6 +265,7 @@ impl StreamService for StreamAdapter {
             consumer: r.consumer,
             member: r.member,
             max: r.max,
+            max_bytes: r.max_bytes,
             wait_ms: None,
         };
         let batches = push::batches(self.service.clone(), r.queue, receive, shutdown)
@@ -270,7 +273,7 @@ impl StreamService for StreamAdapter {
             .map_err(|e| status_of(&e, &id))?;
         // A stream lasts as long as its consumer: it holds no admission slot.
         slot.release();
-        let stream = batches.map(move |b| b.map(|b| batch(&b)).map_err(|e| status_of(&e, &id)));
+        let stream = batches.map(move |b| b.map(batch).map_err(|e| status_of(&e, &id)));
         Ok(Response::new(Box::pin(stream)))
     }
 
@@ -285,7 +288,7 @@ impl StreamService for StreamAdapter {
         answer(
             &id,
             result.map(|b| pb::GetBatchResponse {
-                batch: Some(batch(&b)),
+                batch: Some(batch(b)),
             }),
         )
     }
@@ -408,8 +411,9 @@ impl StreamService for StreamAdapter {
             .await;
         answer(
             &id,
-            result.map(|letters| pb::ListDeadLettersResponse {
-                dead_letters: letters.iter().map(dead_letter).collect(),
+            result.map(|page| pb::ListDeadLettersResponse {
+                dead_letters: page.letters.iter().map(dead_letter).collect(),
+                next_offset: page.next_offset,
             }),
         )
     }

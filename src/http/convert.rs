@@ -201,8 +201,9 @@ pub fn appended(queue: &str, a: &Appended) -> types::Appended {
     }
 }
 
-/// A batch on the wire; `None` is the empty answer (no batch id, no events).
-pub fn batch(batch: Option<&Batch>) -> types::ReceivedBatch {
+/// A batch on the wire; `None` is the empty answer (no batch id, no events). Takes the batch so
+/// payloads move instead of being copied: a batch holds up to thousands of events.
+pub fn batch(batch: Option<Batch>) -> types::ReceivedBatch {
     let Some(b) = batch else {
         return types::ReceivedBatch {
             count: 0,
@@ -212,22 +213,25 @@ pub fn batch(batch: Option<&Batch>) -> types::ReceivedBatch {
     };
     types::ReceivedBatch {
         batch_id: Some(b.id.to_string()),
-        consumer: Some(b.consumer.clone()),
-        member: b.member.clone(),
+        count: b.events.len() as i64,
+        consumer: Some(b.consumer),
+        member: b.member,
         start_tick: Some(b.start_tick),
         end_tick: Some(b.end_tick),
-        state: Some(b.state.clone()),
+        state: Some(b.state),
         created_at: Some(format_time(&b.created_at)),
-        count: b.events.len() as i64,
         events: b
             .events
-            .iter()
+            .into_iter()
             .map(|e| types::StreamEvent {
                 id: e.id.to_string(),
                 seq: e.seq,
-                r#type: e.message_type.clone(),
-                payload: e.payload.clone(),
-                headers: e.headers.as_ref().and_then(|h| h.as_object().cloned()),
+                r#type: e.message_type,
+                payload: e.payload,
+                headers: match e.headers {
+                    Some(serde_json::Value::Object(h)) => Some(h),
+                    _ => None,
+                },
                 retry_count: i64::from(e.retry_count),
                 created_at: format_time(&e.created_at),
             })

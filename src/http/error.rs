@@ -69,7 +69,9 @@ fn hint_of(kind: ErrorKind) -> &'static str {
             "Free room (finish jobs, let events age out, drop queues) or raise the quota."
         }
         ErrorKind::PayloadTooLarge => "Send a smaller body, or split a batch.",
-        ErrorKind::BatchTooLarge => "Receive again with a larger max; the cursor did not move.",
+        ErrorKind::BatchTooLarge => {
+            "Receive again with a larger max (or max_bytes); the cursor did not move."
+        }
         ErrorKind::Unsupported => "Use OJS-Version 1.0.",
         ErrorKind::Backend | ErrorKind::Unavailable => "Retry later; the database is failing.",
     }

@@ -448,13 +448,14 @@ impl api::HttpApi for HttpAdapter {
             consumer: body.consumer,
             member: body.member,
             max: body.max,
+            max_bytes: body.max_bytes,
             wait_ms: body.wait_ms,
         };
         let batch = self
             .service
             .receive(&q, request, || ctx.admission.release())
             .await?;
-        Ok(api::ReceiveResponse::Ok(convert::batch(batch.as_ref())))
+        Ok(api::ReceiveResponse::Ok(convert::batch(batch)))
     }
 
     async fn get_batch(
@@ -464,7 +465,7 @@ impl api::HttpApi for HttpAdapter {
         id: String,
     ) -> Result<api::GetBatchResponse, ApiError> {
         let batch = self.service.batch(&q, &id).await?;
-        Ok(api::GetBatchResponse::Ok(convert::batch(Some(&batch))))
+        Ok(api::GetBatchResponse::Ok(convert::batch(Some(batch))))
     }
 
     async fn stream_ack(
@@ -631,13 +632,18 @@ impl api::HttpApi for HttpAdapter {
         q: String,
         query: api::ListStreamDeadLettersQuery,
     ) -> Result<api::ListStreamDeadLettersResponse, ApiError> {
-        let letters = self
+        let page = self
             .service
             .stream_dead_letters(&q, query.limit, query.offset)
             .await?;
         Ok(api::ListStreamDeadLettersResponse::Ok(
             types::StreamDeadLetterList {
-                dead_letters: letters.iter().map(convert::stream_dead_letter).collect(),
+                dead_letters: page
+                    .letters
+                    .iter()
+                    .map(convert::stream_dead_letter)
+                    .collect(),
+                next_offset: page.next_offset,
             },
         ))
     }

@@ -90,6 +90,7 @@ struct DeadLetterRow {
     retry_count: i32,
     reason: Option<String>,
     failed_at: DateTime<Utc>,
+    cut: bool,
 }
 
 impl Store {
@@ -191,15 +192,17 @@ impl Store {
         consumer: &str,
         member: Option<&str>,
         max: i32,
+        max_bytes: i64,
     ) -> Result<Option<Batch>, CoreError> {
         let rows: Vec<PgRow> = self
             .retry_conflicts(|| {
-                sqlx::query("SELECT * FROM s3p.stream_receive($1, $2, $3, $4, $5)")
+                sqlx::query("SELECT * FROM s3p.stream_receive($1, $2, $3, $4, $5, $6)")
                     .bind(queue)
                     .bind(consumer)
                     .bind(member)
                     .bind(max)
                     .bind(Uuid::now_v7())
+                    .bind(max_bytes)
                     .fetch_all(self.pool())
             })
             .await
@@ -219,6 +222,21 @@ impl Store {
         batch(&rows)
             .map_err(map_db_error)?
             .ok_or_else(|| CoreError::not_found("batch", &id.to_string()))
+    }
+
+    /// `s3p.stream_batch_state`: a batch's state without its events (`None`: no such batch).
+    #[tracing::instrument(name = "db", skip_all, fields(op = "stream_batch_state"))]
+    pub async fn stream_batch_state(
+        &self,
+        queue: &str,
+        id: Uuid,
+    ) -> Result<Option<String>, CoreError> {
+        sqlx::query_scalar("SELECT s3p.stream_batch_state($1, $2)")
+            .bind(queue)
+            .bind(id)
+            .fetch_one(self.pool())
+            .await
+            .map_err(map_db_error)
     }
 
     /// `s3p.stream_ack`: the consumer's cursor tick afterwards.
@@ -306,23 +324,26 @@ impl Store {
         })
     }
 
-    /// `s3p.stream_dead_letters`.
+    /// `s3p.stream_dead_letters`: the page, and whether `max_bytes` cut it short.
     #[tracing::instrument(name = "db", skip_all, fields(op = "stream_dead_letters"))]
     pub async fn stream_dead_letters(
         &self,
         queue: &str,
         limit: i32,
         offset: i32,
-    ) -> Result<Vec<StreamDeadLetter>, CoreError> {
+        max_bytes: i64,
+    ) -> Result<(Vec<StreamDeadLetter>, bool), CoreError> {
         let rows: Vec<DeadLetterRow> =
-            sqlx::query_as("SELECT * FROM s3p.stream_dead_letters($1, $2, $3)")
+            sqlx::query_as("SELECT * FROM s3p.stream_dead_letters($1, $2, $3, $4)")
                 .bind(queue)
                 .bind(limit)
                 .bind(offset)
+                .bind(max_bytes)
                 .fetch_all(self.pool())
                 .await
                 .map_err(map_db_error)?;
-        Ok(rows
+        let cut = rows.first().is_some_and(|r| r.cut);
+        let letters = rows
             .into_iter()
             .map(|r| StreamDeadLetter {
                 id: r.id,
@@ -335,7 +356,8 @@ impl Store {
                 reason: r.reason,
                 failed_at: r.failed_at,
             })
-            .collect())
+            .collect();
+        Ok((letters, cut))
     }
 
     /// `s3p.stream_replay`: how many were replayed.

@@ -511,6 +511,7 @@ impl Streams {
                         member: None,
                         max: Some(i64::try_from(max)?),
                         wait_ms: Some(wait_ms),
+                        max_bytes: None,
                     })
                     .await
                     .map_err(|s| grpc_error("Receive", s))?;
