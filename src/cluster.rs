@@ -29,19 +29,15 @@ const START_ATTEMPTS: usize = 3;
 const LOG_TAIL_LINES: usize = 20;
 /// The file under the data directory holding the superuser's password.
 const PASSWORD_FILE: &str = "password";
-/// How a private cluster checks the password: the client sends it (over loopback only) and the
-/// server checks it against the stored SCRAM verifier. SCRAM's own exchange would make every
-/// client hash the password 4,096 times per connection, which unoptimised test builds pay dearly.
-const AUTH_METHOD: &str = "password";
 /// Client authentication of a private cluster: every connection, local or TCP, gives the password.
 const PG_HBA: &str =
     "# Written by pgvs3: every connection gives the superuser's password (../password).
-local all all password
-host all all 127.0.0.1/32 password
-host all all ::1/128 password
-local replication all password
-host replication all 127.0.0.1/32 password
-host replication all ::1/128 password
+local all all scram-sha-256
+host all all 127.0.0.1/32 scram-sha-256
+host all all ::1/128 scram-sha-256
+local replication all scram-sha-256
+host replication all 127.0.0.1/32 scram-sha-256
+host replication all ::1/128 scram-sha-256
 ";
 
 /// Whether a server we waited for came up or went away.
@@ -366,8 +362,7 @@ impl PrivateCluster {
             .args([
                 "-U",
                 "postgres",
-                "--auth",
-                AUTH_METHOD,
+                "--auth=scram-sha-256",
                 "-E",
                 "UTF8",
                 "--no-locale",
