@@ -13,4 +13,3 @@ pub mod middleware;
 pub mod server;
 pub mod store;
 pub mod telemetry;
-pub mod tls;

@@ -2,8 +2,6 @@
 //! database per test, and the real server on an ephemeral port.
 #![allow(dead_code)]
 
-pub mod certs;
-
 use std::path::PathBuf;
 use std::sync::{Mutex, OnceLock};
 
