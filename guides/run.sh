@@ -105,11 +105,10 @@ fi
 if [[ -n "${DATABASE_URL:-}" ]]; then
     PGVS3_URL=$DATABASE_URL
 else
-    # The private cluster asks for its superuser's password, kept in the data directory.
-    PGVS3_URL="postgres://postgres:$(cat "$DATA_DIR/password")@127.0.0.1:$(cat "$DATA_DIR/port")/postgres"
+    PGVS3_URL="postgres://postgres@127.0.0.1:$(cat "$DATA_DIR/port")/postgres"
 fi
 export PGVS3_URL
-log "pgvs3 is healthy"
+log "pgvs3 is healthy; application database $PGVS3_URL"
 
 # --- helpers -----------------------------------------------------------------------------------
 sql_file() { "$PSQL" "$PGVS3_URL" -XAtq -v ON_ERROR_STOP=1 -f "$GUIDES/$1"; }

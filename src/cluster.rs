@@ -2,14 +2,12 @@
 //!
 //! Used by `pgvs3 serve` when no DATABASE_URL is given, and by the test suite.
 //! Layout under the data directory: `pgdata/` (the cluster), `postgres.log`,
-//! `port` (the port number as text), `lock` (serialises concurrent starts) and
-//! `password` (the superuser's generated password, mode 0600: the cluster asks every
-//! connection for it, so other local users cannot use it).
+//! `port` (the port number as text) and `lock` (serialises concurrent starts).
 
 use std::fs::{self, OpenOptions};
 use std::io::Write as _;
 use std::net::{Ipv4Addr, SocketAddr, TcpListener, TcpStream};
-use std::os::unix::fs::{OpenOptionsExt as _, PermissionsExt as _};
+use std::os::unix::fs::PermissionsExt as _;
 use std::path::{Path, PathBuf};
 use std::process::{Command, Output, Stdio};
 use std::thread;
@@ -27,18 +25,6 @@ const READY_TIMEOUT: Duration = Duration::from_secs(30);
 const START_ATTEMPTS: usize = 3;
 /// Lines of postgres.log included in start errors.
 const LOG_TAIL_LINES: usize = 20;
-/// The file under the data directory holding the superuser's password.
-const PASSWORD_FILE: &str = "password";
-/// Client authentication of a private cluster: every connection, local or TCP, gives the password.
-const PG_HBA: &str =
-    "# Written by pgvs3: every connection gives the superuser's password (../password).
-local all all scram-sha-256
-host all all 127.0.0.1/32 scram-sha-256
-host all all ::1/128 scram-sha-256
-local replication all scram-sha-256
-host replication all 127.0.0.1/32 scram-sha-256
-host replication all ::1/128 scram-sha-256
-";
 
 /// Whether a server we waited for came up or went away.
 enum Readiness {
@@ -142,8 +128,6 @@ pub struct PrivateCluster {
     pgdata: PathBuf,
     port: u16,
     as_root: bool,
-    /// The superuser's password (hex, so it needs no escaping in a URL or in SQL).
-    password: String,
     /// Only a cluster this value started is stopped by it.
     owned: bool,
     stopped: bool,
@@ -175,12 +159,6 @@ impl PrivateCluster {
             .lock()
             .map_err(|e| io_err(format!("locking {}", lock_path.display()), e))?;
 
-        // A cluster made by an older pgvs3 trusted every local connection and has no password
-        // file: it gets one, and the password is required once the server is up.
-        let fresh = !pgdata.join("PG_VERSION").is_file();
-        let (password, created) = read_or_create_password(&data_dir.join(PASSWORD_FILE))?;
-        let trusting = created && !fresh;
-
         let as_root = running_as_root();
         if as_root {
             // initdb and pg_ctl refuse to run as root, so they run as `postgres`,
@@ -200,7 +178,6 @@ impl PrivateCluster {
             pgdata,
             port: 0,
             as_root,
-            password,
             owned: false,
             stopped: false,
         };
@@ -218,9 +195,6 @@ impl PrivateCluster {
                         port = cluster.port,
                         "reusing PostgreSQL cluster already running (it will not be stopped by pgvs3)"
                     );
-                    if trusting {
-                        cluster.require_password()?;
-                    }
                     return Ok(cluster);
                 }
                 // It was shutting down (or a just-killed postmaster not yet reaped): start our own.
@@ -248,66 +222,12 @@ impl PrivateCluster {
                 log_tail: tail_lines(&log, LOG_TAIL_LINES),
             }));
         }
-        if trusting {
-            cluster.require_password()?;
-        }
         Ok(cluster)
     }
 
-    /// URL of `database` on this cluster, with the superuser's password:
-    /// postgres://postgres:PASSWORD@127.0.0.1:PORT/database
+    /// URL of `database` on this cluster, e.g. postgres://postgres@127.0.0.1:PORT/database
     pub fn database_url(&self, database: &str) -> String {
-        format!(
-            "postgres://postgres:{}@127.0.0.1:{}/{}",
-            self.password, self.port, database
-        )
-    }
-
-    /// The superuser's password (also in the `password` file of the data directory).
-    pub fn password(&self) -> &str {
-        &self.password
-    }
-
-    /// Gives the superuser of a cluster that trusted every local connection the password, then
-    /// makes the server ask for it (pg_hba.conf, reload). Needs `psql` beside the server binaries;
-    /// without it the cluster keeps trusting, with a warning.
-    fn require_password(&self) -> Result<(), ClusterError> {
-        let psql = self.bin_dir.join("psql");
-        if !is_executable(&psql) {
-            warn!(
-                data_dir = %self.data_dir.display(),
-                "this private cluster trusts every local connection (made by an older pgvs3) and \
-                 psql was not found to set its password; recreate the data directory to secure it"
-            );
-            return Ok(());
-        }
-        run_checked(
-            self.pg_command("psql")
-                .args([
-                    "-X",
-                    "-q",
-                    "-h",
-                    "127.0.0.1",
-                    "-U",
-                    "postgres",
-                    "-d",
-                    "postgres",
-                    "-p",
-                ])
-                .arg(self.port.to_string())
-                .arg("-c")
-                .arg(format!("ALTER ROLE postgres PASSWORD '{}'", self.password)),
-        )?;
-        let hba = self.pgdata.join("pg_hba.conf");
-        fs::write(&hba, PG_HBA).map_err(|e| io_err(format!("writing {}", hba.display()), e))?;
-        run_checked(
-            self.pg_command("pg_ctl")
-                .arg("-D")
-                .arg(&self.pgdata)
-                .arg("reload"),
-        )?;
-        info!(data_dir = %self.data_dir.display(), "the private cluster now asks for its password");
-        Ok(())
+        format!("postgres://postgres@127.0.0.1:{}/{}", self.port, database)
     }
 
     /// The TCP port the cluster listens on (127.0.0.1 only).
@@ -356,21 +276,14 @@ impl PrivateCluster {
         }
         info!(pgdata = %self.pgdata.display(), "initialising private PostgreSQL cluster");
         let mut initdb = self.pg_command("initdb");
-        initdb
-            .arg("-D")
-            .arg(&scratch)
-            .args([
-                "-U",
-                "postgres",
-                "--auth=scram-sha-256",
-                "-E",
-                "UTF8",
-                "--no-locale",
-            ])
-            .arg(format!(
-                "--pwfile={}",
-                self.data_dir.join(PASSWORD_FILE).display()
-            ));
+        initdb.arg("-D").arg(&scratch).args([
+            "-U",
+            "postgres",
+            "--auth=trust",
+            "-E",
+            "UTF8",
+            "--no-locale",
+        ]);
         if !fsync {
             // Skip initdb's final fsync of the new files; the data is throwaway.
             initdb.arg("--no-sync");
@@ -533,34 +446,6 @@ impl Drop for PrivateCluster {
             warn!(error = %e, "failed to stop private PostgreSQL cluster");
         }
     }
-}
-
-/// The password in `path`, or a new random one written there (mode 0600) when the file is
-/// missing; true in the second place when it was made now.
-fn read_or_create_password(path: &Path) -> Result<(String, bool), ClusterError> {
-    match fs::read_to_string(path) {
-        Ok(text) if !text.trim().is_empty() => return Ok((text.trim().to_owned(), false)),
-        Ok(_) => {}
-        Err(e) if e.kind() == std::io::ErrorKind::NotFound => {}
-        Err(e) => return Err(io_err(format!("reading {}", path.display()), e)),
-    }
-    let password = format!(
-        "{}{}",
-        uuid::Uuid::new_v4().simple(),
-        uuid::Uuid::new_v4().simple()
-    );
-    let mut file = OpenOptions::new()
-        .write(true)
-        .create(true)
-        .truncate(true)
-        .mode(0o600)
-        .open(path)
-        .map_err(|e| io_err(format!("creating {}", path.display()), e))?;
-    file.set_permissions(fs::Permissions::from_mode(0o600))
-        .and_then(|()| file.write_all(format!("{password}\n").as_bytes()))
-        .and_then(|()| file.sync_all())
-        .map_err(|e| io_err(format!("writing {}", path.display()), e))?;
-    Ok((password, true))
 }
 
 /// Finds the directory holding initdb, pg_ctl and postgres.
@@ -800,29 +685,12 @@ mod tests {
             pgdata: PathBuf::new(),
             port: 5999,
             as_root: false,
-            password: "0123abcd".to_owned(),
             owned: false,
             stopped: false,
         };
         assert_eq!(
             cluster.database_url("jobs"),
-            "postgres://postgres:0123abcd@127.0.0.1:5999/jobs"
+            "postgres://postgres@127.0.0.1:5999/jobs"
         );
-    }
-
-    #[test]
-    fn a_new_password_is_kept_owner_only_and_read_back() {
-        let dir = std::env::temp_dir().join(format!("pgvs3-pw-{}", std::process::id()));
-        let _ = fs::remove_dir_all(&dir);
-        fs::create_dir_all(&dir).expect("dir");
-        let path = dir.join(PASSWORD_FILE);
-        let (made, created) = read_or_create_password(&path).expect("create");
-        assert!(created);
-        assert_eq!(made.len(), 64);
-        assert!(made.chars().all(|c| c.is_ascii_hexdigit()));
-        let mode = fs::metadata(&path).expect("meta").permissions().mode() & 0o777;
-        assert_eq!(mode, 0o600);
-        assert_eq!(read_or_create_password(&path).expect("read"), (made, false));
-        let _ = fs::remove_dir_all(&dir);
     }
 }

@@ -173,7 +173,6 @@ async fn standby_gateway_serves_reads_and_refuses_writes_while_the_primary_write
     .expect("start the primary");
     let primary_port = primary.port();
     let primary_url = primary.database_url("postgres");
-    let password = primary.password().to_owned();
     clusters.primary = Some(primary);
 
     // The standby: a base backup streaming its WAL, with standby.signal and primary_conninfo (-R).
@@ -196,9 +195,7 @@ async fn standby_gateway_serves_reads_and_refuses_writes_while_the_primary_write
             .args(["-R", "-X", "stream", "--no-sync", "-h", "127.0.0.1", "-U"])
             .arg("postgres")
             .arg("-p")
-            .arg(primary_port.to_string())
-            // The private cluster asks for the password; -R writes it into primary_conninfo.
-            .env("PGPASSWORD", &password),
+            .arg(primary_port.to_string()),
     );
     let standby_port = free_port();
     let started = clusters
@@ -219,7 +216,7 @@ async fn standby_gateway_serves_reads_and_refuses_writes_while_the_primary_write
         String::from_utf8_lossy(&started.stderr),
         tail(&log)
     );
-    let standby_url = format!("postgres://postgres:{password}@127.0.0.1:{standby_port}/postgres");
+    let standby_url = format!("postgres://postgres@127.0.0.1:{standby_port}/postgres");
     eventually(
         Duration::from_secs(30),
         "the standby is in recovery",
