@@ -105,7 +105,7 @@ fi
 if [[ -n "${DATABASE_URL:-}" ]]; then
     PGVS3_URL=$DATABASE_URL
 else
-    PGVS3_URL="postgres://postgres@127.0.0.1:$(cat "$DATA_DIR/port")/postgres"
+    PGVS3_URL=$(cat "$DATA_DIR/database_url")
 fi
 export PGVS3_URL
 log "pgvs3 is healthy; application database $PGVS3_URL"

@@ -2,12 +2,18 @@
 //!
 //! Used by `pgvs3 serve` when no DATABASE_URL is given, and by the test suite.
 //! Layout under the data directory: `pgdata/` (the cluster), `postgres.log`,
-//! `port` (the port number as text) and `lock` (serialises concurrent starts).
+//! `port` (the port number as text), `database_url` (how to reach it), `lock` (serialises
+//! concurrent starts) and the server's Unix socket.
+//!
+//! The cluster listens on no TCP port: only on a Unix socket with owner-only permissions, so
+//! other local users cannot reach it although it trusts whoever connects.
 
 use std::fs::{self, OpenOptions};
+use std::hash::{DefaultHasher, Hash as _, Hasher as _};
 use std::io::Write as _;
 use std::net::{Ipv4Addr, SocketAddr, TcpListener, TcpStream};
-use std::os::unix::fs::PermissionsExt as _;
+use std::os::unix::fs::{DirBuilderExt as _, PermissionsExt as _};
+use std::os::unix::net::UnixStream;
 use std::path::{Path, PathBuf};
 use std::process::{Command, Output, Stdio};
 use std::thread;
@@ -25,6 +31,10 @@ const READY_TIMEOUT: Duration = Duration::from_secs(30);
 const START_ATTEMPTS: usize = 3;
 /// Lines of postgres.log included in start errors.
 const LOG_TAIL_LINES: usize = 20;
+/// The settings file pgvs3 rewrites at every start (included from postgresql.conf).
+const SETTINGS_FILE: &str = "pgvs3.conf";
+/// The longest socket path the kernel takes (sun_path is 108 bytes with its NUL).
+const MAX_SOCKET_PATH: usize = 107;
 
 /// Whether a server we waited for came up or went away.
 enum Readiness {
@@ -89,13 +99,11 @@ pub enum ClusterError {
         /// The last lines of the server log.
         log_tail: String,
     },
-    /// The server started but never accepted TCP connections.
-    #[error(
-        "PostgreSQL on 127.0.0.1:{port} did not accept connections within {waited:?}; see {log}"
-    )]
+    /// The server started but never accepted connections.
+    #[error("PostgreSQL at {address} did not accept connections within {waited:?}; see {log}")]
     NotReady {
-        /// The port we waited on.
-        port: u16,
+        /// The socket path or TCP address we waited on.
+        address: String,
         /// How long we waited.
         waited: Duration,
         /// The server log path.
@@ -127,6 +135,9 @@ pub struct PrivateCluster {
     data_dir: PathBuf,
     pgdata: PathBuf,
     port: u16,
+    /// The directory of the server's Unix socket; `None` for a cluster an older pgvs3 started,
+    /// which listens on 127.0.0.1 only.
+    socket_dir: Option<PathBuf>,
     as_root: bool,
     /// Only a cluster this value started is stopped by it.
     owned: bool,
@@ -172,11 +183,13 @@ impl PrivateCluster {
             )?;
         }
 
+        let socket_dir = socket_dir_for(&data_dir, as_root)?;
         let mut cluster = PrivateCluster {
             bin_dir,
             data_dir,
             pgdata,
             port: 0,
+            socket_dir: Some(socket_dir),
             as_root,
             owned: false,
             stopped: false,
@@ -187,9 +200,20 @@ impl PrivateCluster {
         }
 
         if cluster.is_running() {
-            cluster.port = read_postmaster_port(&cluster.pgdata.join("postmaster.pid"))?;
+            let pid_file = cluster.pgdata.join("postmaster.pid");
+            cluster.port = read_postmaster_port(&pid_file)?;
+            cluster.socket_dir = read_postmaster_socket_dir(&pid_file);
+            if cluster.socket_dir.is_none() {
+                warn!(
+                    data_dir = %cluster.data_dir.display(),
+                    "the running cluster was started by an older pgvs3 and listens on 127.0.0.1, \
+                     where any local user can reach it; stop it so the next start serves it on \
+                     an owner-only Unix socket"
+                );
+            }
             match cluster.wait_ready(&log)? {
                 Readiness::Ready => {
+                    cluster.write_database_url()?;
                     info!(
                         data_dir = %cluster.data_dir.display(),
                         port = cluster.port,
@@ -199,6 +223,7 @@ impl PrivateCluster {
                 }
                 // It was shutting down (or a just-killed postmaster not yet reaped): start our own.
                 Readiness::Gone => {
+                    cluster.socket_dir = Some(socket_dir_for(&cluster.data_dir, as_root)?);
                     warn!(data_dir = %cluster.data_dir.display(), "running cluster went away; starting it again");
                 }
             }
@@ -222,17 +247,70 @@ impl PrivateCluster {
                 log_tail: tail_lines(&log, LOG_TAIL_LINES),
             }));
         }
+        cluster.write_database_url()?;
         Ok(cluster)
     }
 
-    /// URL of `database` on this cluster, e.g. postgres://postgres@127.0.0.1:PORT/database
+    /// URL of `database` on this cluster, e.g.
+    /// `postgres://postgres@localhost:PORT/database?host=/path/to/data-dir` (libpq and sqlx
+    /// read the `host` parameter as the socket's directory).
     pub fn database_url(&self, database: &str) -> String {
-        format!("postgres://postgres@127.0.0.1:{}/{}", self.port, database)
+        match &self.socket_dir {
+            Some(dir) => format!(
+                "postgres://postgres@localhost:{}/{}?host={}",
+                self.port,
+                database,
+                url_encode(&dir.to_string_lossy())
+            ),
+            None => format!("postgres://postgres@127.0.0.1:{}/{}", self.port, database),
+        }
     }
 
-    /// The TCP port the cluster listens on (127.0.0.1 only).
+    /// The port number, which names the socket file (`.s.PGSQL.<port>`).
     pub fn port(&self) -> u16 {
         self.port
+    }
+
+    /// The directory holding the server's Unix socket (`None`: a legacy cluster on 127.0.0.1).
+    pub fn socket_dir(&self) -> Option<&Path> {
+        self.socket_dir.as_deref()
+    }
+
+    /// Writes the URL of the `postgres` database to `<data-dir>/database_url` for tools and guides.
+    fn write_database_url(&self) -> Result<(), ClusterError> {
+        let path = self.data_dir.join("database_url");
+        fs::write(&path, format!("{}\n", self.database_url("postgres")))
+            .map_err(|e| io_err(format!("writing {}", path.display()), e))
+    }
+
+    /// Writes the listening settings and makes sure postgresql.conf includes them last, so
+    /// clusters made by older versions (listening on 127.0.0.1) move to the socket too.
+    fn write_settings(&self) -> Result<(), ClusterError> {
+        let Some(dir) = &self.socket_dir else {
+            return Ok(());
+        };
+        let quoted = dir.to_string_lossy().replace('\'', "''");
+        let settings = format!(
+            "# Written by pgvs3 at every start: no TCP, one Unix socket only its owner may open.\n\
+             listen_addresses = ''\n\
+             unix_socket_directories = '{quoted}'\n\
+             unix_socket_permissions = 0700\n"
+        );
+        let path = self.pgdata.join(SETTINGS_FILE);
+        fs::write(&path, settings).map_err(|e| io_err(format!("writing {}", path.display()), e))?;
+        let conf_path = self.pgdata.join("postgresql.conf");
+        let conf = fs::read_to_string(&conf_path)
+            .map_err(|e| io_err(format!("reading {}", conf_path.display()), e))?;
+        let include = format!("include_if_exists = '{SETTINGS_FILE}'");
+        if conf.lines().last().map(str::trim) != Some(include.as_str()) {
+            let mut file = OpenOptions::new()
+                .append(true)
+                .open(&conf_path)
+                .map_err(|e| io_err(format!("opening {}", conf_path.display()), e))?;
+            file.write_all(format!("\n{include}\n").as_bytes())
+                .map_err(|e| io_err(format!("writing {}", conf_path.display()), e))?;
+        }
+        Ok(())
     }
 
     /// Stops the cluster (pg_ctl stop -m fast), waiting for it; idempotent.
@@ -296,9 +374,7 @@ impl PrivateCluster {
             .open(&conf_path)
             .map_err(|e| io_err(format!("opening {}", conf_path.display()), e))?;
         let mut settings = String::from(
-            "\n# Added by pgvs3 for its private cluster.\n\
-             listen_addresses = '127.0.0.1'\n\
-             unix_socket_directories = ''\n\
+            "\n# Added by pgvs3 for its private cluster (listening: see pgvs3.conf).\n\
              max_connections = 200\n\
              shared_buffers = 128MB\n",
         );
@@ -338,6 +414,7 @@ impl PrivateCluster {
     /// between picking it and the server binding it.
     fn start_server(&mut self, fsync: bool, log: &Path) -> Result<(), ClusterError> {
         let port_file = self.data_dir.join("port");
+        self.write_settings()?;
         let mut last_err = None;
         for attempt in 0..START_ATTEMPTS {
             // A previous port is only worth reusing on the first try.
@@ -397,14 +474,22 @@ impl PrivateCluster {
         }))
     }
 
-    /// Waits until the server accepts TCP connections on `self.port`, giving up
+    /// Waits until the server accepts connections on its socket, giving up
     /// early if its postmaster stops running.
     fn wait_ready(&self, log: &Path) -> Result<Readiness, ClusterError> {
+        let socket = self
+            .socket_dir
+            .as_ref()
+            .map(|dir| dir.join(format!(".s.PGSQL.{}", self.port)));
         let addr = SocketAddr::from((Ipv4Addr::LOCALHOST, self.port));
         let started = Instant::now();
         let mut next_liveness_check = started + Duration::from_secs(1);
         loop {
-            if TcpStream::connect_timeout(&addr, Duration::from_secs(1)).is_ok() {
+            let accepted = match &socket {
+                Some(path) => UnixStream::connect(path).is_ok(),
+                None => TcpStream::connect_timeout(&addr, Duration::from_secs(1)).is_ok(),
+            };
+            if accepted {
                 return Ok(Readiness::Ready);
             }
             if Instant::now() >= next_liveness_check {
@@ -415,7 +500,10 @@ impl PrivateCluster {
             }
             if started.elapsed() >= READY_TIMEOUT {
                 return Err(ClusterError::NotReady {
-                    port: self.port,
+                    address: match &socket {
+                        Some(path) => path.display().to_string(),
+                        None => addr.to_string(),
+                    },
                     waited: READY_TIMEOUT,
                     log: log.to_path_buf(),
                 });
@@ -564,6 +652,49 @@ fn read_postmaster_port(path: &Path) -> Result<u16, ClusterError> {
     })
 }
 
+/// The first socket directory in a `postmaster.pid` file (its fifth line), if it has one.
+fn read_postmaster_socket_dir(path: &Path) -> Option<PathBuf> {
+    let text = fs::read_to_string(path).ok()?;
+    let line = text.lines().nth(4)?.trim();
+    (!line.is_empty()).then(|| PathBuf::from(line))
+}
+
+/// The socket's directory: the data directory, or (when that path is too long for a socket
+/// address) a directory under the temp dir named after it, made owner-only.
+fn socket_dir_for(data_dir: &Path, as_root: bool) -> Result<PathBuf, ClusterError> {
+    let longest_socket = data_dir.join(".s.PGSQL.65535");
+    if longest_socket.as_os_str().len() <= MAX_SOCKET_PATH {
+        return Ok(data_dir.to_path_buf());
+    }
+    let mut hasher = DefaultHasher::new();
+    data_dir.hash(&mut hasher);
+    let dir = std::env::temp_dir().join(format!("pgvs3-socket-{:016x}", hasher.finish()));
+    match fs::DirBuilder::new().mode(0o700).create(&dir) {
+        Ok(()) => {}
+        Err(e) if e.kind() == std::io::ErrorKind::AlreadyExists => {}
+        Err(e) => return Err(io_err(format!("creating {}", dir.display()), e)),
+    }
+    fs::set_permissions(&dir, fs::Permissions::from_mode(0o700))
+        .map_err(|e| io_err(format!("chmod 700 {}", dir.display()), e))?;
+    if as_root {
+        run_checked(Command::new("chown").arg("postgres:postgres").arg(&dir))?;
+    }
+    Ok(dir)
+}
+
+/// Percent-encodes a URL query value (paths keep their slashes).
+fn url_encode(value: &str) -> String {
+    let mut out = String::with_capacity(value.len());
+    for byte in value.bytes() {
+        if byte.is_ascii_alphanumeric() || b"/-._~".contains(&byte) {
+            out.push(char::from(byte));
+        } else {
+            out.push_str(&format!("%{byte:02X}"));
+        }
+    }
+    out
+}
+
 fn read_port_file(path: &Path) -> Option<u16> {
     fs::read_to_string(path).ok()?.trim().parse().ok()
 }
@@ -678,19 +809,37 @@ mod tests {
     }
 
     #[test]
-    fn database_url_names_port_and_database() {
-        let cluster = PrivateCluster {
+    fn database_url_names_socket_port_and_database() {
+        let mut cluster = PrivateCluster {
             bin_dir: PathBuf::new(),
             data_dir: PathBuf::new(),
             pgdata: PathBuf::new(),
             port: 5999,
+            socket_dir: Some(PathBuf::from("/srv/pg data")),
             as_root: false,
             owned: false,
             stopped: false,
         };
         assert_eq!(
             cluster.database_url("jobs"),
+            "postgres://postgres@localhost:5999/jobs?host=/srv/pg%20data"
+        );
+        cluster.socket_dir = None;
+        assert_eq!(
+            cluster.database_url("jobs"),
             "postgres://postgres@127.0.0.1:5999/jobs"
         );
+    }
+
+    #[test]
+    fn a_long_data_dir_gets_a_short_private_socket_dir() {
+        let short = Path::new("/tmp/pgvs3-short");
+        assert_eq!(socket_dir_for(short, false).expect("short"), short);
+        let long = std::env::temp_dir().join("d".repeat(120));
+        let dir = socket_dir_for(&long, false).expect("long");
+        assert!(dir.join(".s.PGSQL.65535").as_os_str().len() <= MAX_SOCKET_PATH);
+        let mode = fs::metadata(&dir).expect("made").permissions().mode();
+        assert_eq!(mode & 0o777, 0o700);
+        let _ = fs::remove_dir(&dir);
     }
 }

@@ -172,6 +172,10 @@ async fn standby_gateway_serves_reads_and_refuses_writes_while_the_primary_write
     })
     .expect("start the primary");
     let primary_port = primary.port();
+    let primary_socket_dir = primary
+        .socket_dir()
+        .expect("the private cluster listens on a socket")
+        .to_path_buf();
     let primary_url = primary.database_url("postgres");
     clusters.primary = Some(primary);
 
@@ -192,7 +196,9 @@ async fn standby_gateway_serves_reads_and_refuses_writes_while_the_primary_write
             .pg("pg_basebackup")
             .arg("-D")
             .arg(&pgdata)
-            .args(["-R", "-X", "stream", "--no-sync", "-h", "127.0.0.1", "-U"])
+            .args(["-R", "-X", "stream", "--no-sync", "-h"])
+            .arg(&primary_socket_dir)
+            .arg("-U")
             .arg("postgres")
             .arg("-p")
             .arg(primary_port.to_string()),
@@ -205,7 +211,11 @@ async fn standby_gateway_serves_reads_and_refuses_writes_while_the_primary_write
         .arg("-l")
         .arg(&log)
         .arg("-o")
-        .arg(format!("-p {standby_port}"))
+        // The copied settings name the primary's socket directory; the standby gets its own.
+        .arg(format!(
+            "-p {standby_port} -c unix_socket_directories='{}'",
+            standby_dir.display()
+        ))
         .args(["-w", "-t", "60", "start"])
         .output()
         .expect("run pg_ctl start");
@@ -216,7 +226,10 @@ async fn standby_gateway_serves_reads_and_refuses_writes_while_the_primary_write
         String::from_utf8_lossy(&started.stderr),
         tail(&log)
     );
-    let standby_url = format!("postgres://postgres@127.0.0.1:{standby_port}/postgres");
+    let standby_url = format!(
+        "postgres://postgres@localhost:{standby_port}/postgres?host={}",
+        standby_dir.display()
+    );
     eventually(
         Duration::from_secs(30),
         "the standby is in recovery",
