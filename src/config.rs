@@ -79,6 +79,15 @@ pub struct ServeArgs {
     /// Optional separate address serving gRPC only.
     #[arg(long, env = "PGVS3_GRPC_LISTEN")]
     pub grpc_listen: Option<String>,
+    /// PEM certificate chain: serve HTTPS and gRPC over TLS on every address (with --tls-key).
+    #[arg(long, env = "PGVS3_TLS_CERT", requires = "tls_key")]
+    pub tls_cert: Option<std::path::PathBuf>,
+    /// PEM private key of --tls-cert.
+    #[arg(long, env = "PGVS3_TLS_KEY", requires = "tls_cert")]
+    pub tls_key: Option<std::path::PathBuf>,
+    /// PEM CA certificates: require every client to present a certificate they signed (mTLS).
+    #[arg(long, env = "PGVS3_TLS_CLIENT_CA", requires = "tls_cert")]
+    pub tls_client_ca: Option<std::path::PathBuf>,
     /// Serve reads only; every mutation is rejected (403 read_only / PERMISSION_DENIED).
     #[arg(long, env = "PGVS3_READ_ONLY")]
     pub read_only: bool,

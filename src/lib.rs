@@ -13,3 +13,4 @@ pub mod middleware;
 pub mod server;
 pub mod store;
 pub mod telemetry;
+pub mod tls;

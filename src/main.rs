@@ -161,6 +161,14 @@ async fn serve(args: ServeArgs) -> Result<(), String> {
     let settings = ServerSettings {
         listen: args.listen.clone(),
         grpc_listen: args.grpc_listen.clone(),
+        tls: match (&args.tls_cert, &args.tls_key) {
+            (Some(cert), Some(key)) => Some(pgvs3::tls::TlsFiles {
+                cert: cert.clone(),
+                key: key.clone(),
+                client_ca: args.tls_client_ca.clone(),
+            }),
+            _ => None,
+        },
         database_url: url,
         db_pool_size: args.database.db_pool_size,
         max_queues: args.max_queues,

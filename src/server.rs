@@ -21,6 +21,8 @@ pub struct ServerSettings {
     pub listen: String,
     /// Optional gRPC-only address.
     pub grpc_listen: Option<String>,
+    /// TLS on both addresses when set.
+    pub tls: Option<crate::tls::TlsFiles>,
     /// PostgreSQL URL.
     pub database_url: String,
     /// Pool size.
@@ -47,6 +49,7 @@ impl ServerSettings {
         ServerSettings {
             listen: "127.0.0.1:0".to_string(),
             grpc_listen: None,
+            tls: None,
             database_url: database_url.to_string(),
             db_pool_size: 16,
             max_queues: 1000,
@@ -74,6 +77,9 @@ pub enum StartError {
         /// The cause.
         source: std::io::Error,
     },
+    /// The TLS certificate, key or client CA could not be used.
+    #[error("TLS: {0}")]
+    Tls(#[from] crate::tls::TlsError),
 }
 
 /// A running server.
@@ -103,6 +109,43 @@ async fn bind(address: &str) -> Result<TcpListener, StartError> {
             address: address.to_string(),
             source,
         })
+}
+
+/// Serves `app` on `address` (over TLS with `tls`) until `stop` holds true; returns the address
+/// bound.
+async fn serve(
+    tasks: &mut JoinSet<std::io::Result<()>>,
+    address: &str,
+    tls: Option<tokio_rustls::TlsAcceptor>,
+    app: axum::Router,
+    mut stop: watch::Receiver<bool>,
+) -> Result<std::net::SocketAddr, StartError> {
+    let listener = bind(address).await?;
+    let listen_error = |source| StartError::Listen {
+        address: address.to_string(),
+        source,
+    };
+    let addr = listener.local_addr().map_err(listen_error)?;
+    let stopped = async move {
+        let _ = stop.wait_for(|s| *s).await;
+    };
+    match tls {
+        None => tasks.spawn(async move {
+            axum::serve(listener.tap_io(no_delay), app)
+                .with_graceful_shutdown(stopped)
+                .await
+        }),
+        Some(acceptor) => {
+            let listener =
+                crate::tls::TlsListener::new(listener, acceptor).map_err(listen_error)?;
+            tasks.spawn(async move {
+                axum::serve(listener, app)
+                    .with_graceful_shutdown(stopped)
+                    .await
+            })
+        }
+    };
+    Ok(addr)
 }
 
 /// Connects, migrates and starts serving.
@@ -150,34 +193,24 @@ pub async fn start(settings: ServerSettings) -> Result<RunningServer, StartError
         stack.clone(),
     );
 
+    let tls = settings
+        .tls
+        .as_ref()
+        .map(crate::tls::acceptor)
+        .transpose()?;
     let mut tasks = JoinSet::new();
-    let listener = bind(&settings.listen).await?;
-    let addr = listener.local_addr().map_err(|source| StartError::Listen {
-        address: settings.listen.clone(),
-        source,
-    })?;
-    let mut stop = shutdown.subscribe();
-    tasks.spawn(async move {
-        axum::serve(listener.tap_io(no_delay), app)
-            .with_graceful_shutdown(async move {
-                let _ = stop.wait_for(|s| *s).await;
-            })
-            .await
-    });
-
+    let addr = serve(
+        &mut tasks,
+        &settings.listen,
+        tls.clone(),
+        app,
+        shutdown.subscribe(),
+    )
+    .await?;
     let mut grpc_addr = None;
     if let Some(address) = &settings.grpc_listen {
-        let listener = bind(address).await?;
-        grpc_addr = listener.local_addr().ok();
         let grpc_app = middleware::apply(grpc, stack);
-        let mut stop = shutdown.subscribe();
-        tasks.spawn(async move {
-            axum::serve(listener.tap_io(no_delay), grpc_app)
-                .with_graceful_shutdown(async move {
-                    let _ = stop.wait_for(|s| *s).await;
-                })
-                .await
-        });
+        grpc_addr = Some(serve(&mut tasks, address, tls, grpc_app, shutdown.subscribe()).await?);
     }
     if let Some(interval) = settings.maintenance_interval
         && !settings.service.read_only

@@ -3,6 +3,8 @@
 //! `sslmode=verify-full` and that CA as `sslrootcert`; every backend serving it is encrypted, and a
 //! URL whose CA does not match is refused.
 
+mod common;
+
 use std::path::{Path, PathBuf};
 use std::process::Command;
 
@@ -20,91 +22,11 @@ fn scratch_dir() -> PathBuf {
     dir
 }
 
-fn openssl(dir: &Path, args: &[&str]) {
-    let out = Command::new("openssl")
-        .args(args)
-        .current_dir(dir)
-        .output()
-        .expect("run openssl (the test needs the openssl command)");
-    assert!(
-        out.status.success(),
-        "openssl {args:?}: {}",
-        String::from_utf8_lossy(&out.stderr)
-    );
-}
-
-/// A CA (`name`-ca.pem) and a server certificate for localhost / 127.0.0.1 signed by it.
-fn certificates(dir: &Path, name: &str) {
-    let ca_key = format!("{name}-ca.key");
-    let ca = format!("{name}-ca.pem");
-    openssl(
-        dir,
-        &[
-            "req",
-            "-x509",
-            "-newkey",
-            "rsa:2048",
-            "-nodes",
-            "-days",
-            "2",
-            "-subj",
-            "/CN=pgvs3 test CA",
-            "-keyout",
-            &ca_key,
-            "-out",
-            &ca,
-        ],
-    );
-    openssl(
-        dir,
-        &[
-            "req",
-            "-newkey",
-            "rsa:2048",
-            "-nodes",
-            "-subj",
-            "/CN=localhost",
-            "-keyout",
-            &format!("{name}-server.key"),
-            "-out",
-            &format!("{name}-server.csr"),
-        ],
-    );
-    std::fs::write(
-        dir.join(format!("{name}-ext.cnf")),
-        "subjectAltName=DNS:localhost,IP:127.0.0.1\n",
-    )
-    .expect("extensions");
-    openssl(
-        dir,
-        &[
-            "x509",
-            "-req",
-            "-in",
-            &format!("{name}-server.csr"),
-            "-CA",
-            &ca,
-            "-CAkey",
-            &ca_key,
-            "-CAcreateserial",
-            "-days",
-            "2",
-            "-extfile",
-            &format!("{name}-ext.cnf"),
-            "-out",
-            &format!("{name}-server.pem"),
-        ],
-    );
-}
-
-/// The cluster serves `server.pem` / `server.key` (copied into its data directory) with ssl on.
-fn enable_ssl(cluster_dir: &Path, certs: &Path) {
+/// The cluster serves `certs` (copied into its data directory) with ssl on.
+fn enable_ssl(cluster_dir: &Path, certs: &common::certs::Certs) {
     let pgdata = cluster_dir.join("pgdata");
-    for (from, to) in [
-        ("a-server.pem", "server.crt"),
-        ("a-server.key", "server.key"),
-    ] {
-        std::fs::copy(certs.join(from), pgdata.join(to)).expect("copy the certificate");
+    for (from, to) in [(&certs.cert, "server.crt"), (&certs.key, "server.key")] {
+        std::fs::copy(from, pgdata.join(to)).expect("copy the certificate");
     }
     // SAFETY: geteuid has no preconditions and cannot fail.
     let as_root = unsafe { libc::geteuid() } == 0;
@@ -145,10 +67,10 @@ fn with_tls(cluster: &PrivateCluster, root: &Path) -> String {
 
 #[tokio::test]
 async fn pgvs3_reaches_postgres_over_verified_tls() {
-    let certs = scratch_dir();
-    certificates(&certs, "a");
-    certificates(&certs, "b");
-    let cluster_dir = certs.join("cluster");
+    let dir = scratch_dir();
+    let certs = common::certs::make(&dir, "a");
+    let other = common::certs::make(&dir, "b");
+    let cluster_dir = dir.join("cluster");
     let options = ClusterOptions {
         data_dir: cluster_dir.clone(),
         fsync: false,
@@ -158,10 +80,10 @@ async fn pgvs3_reaches_postgres_over_verified_tls() {
     drop(cluster);
     enable_ssl(&cluster_dir, &certs);
     let mut cluster = PrivateCluster::start(&options).expect("start the cluster with ssl");
-    let url = with_tls(&cluster, &certs.join("a-ca.pem"));
+    let url = with_tls(&cluster, &certs.ca);
 
     // Another CA's root does not verify the server: refused before any query.
-    let wrong = with_tls(&cluster, &certs.join("b-ca.pem"));
+    let wrong = with_tls(&cluster, &other.ca);
     assert!(
         PgConnection::connect(&wrong).await.is_err(),
         "a server certificate from another CA was accepted"
@@ -201,5 +123,5 @@ async fn pgvs3_reaches_postgres_over_verified_tls() {
     let _ = conn.close().await;
     server.shutdown().await;
     cluster.stop().expect("stop");
-    let _ = std::fs::remove_dir_all(&certs);
+    let _ = std::fs::remove_dir_all(&dir);
 }

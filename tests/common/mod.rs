@@ -2,6 +2,8 @@
 //! database per test, and the real server on an ephemeral port.
 #![allow(dead_code)]
 
+pub mod certs;
+
 use std::path::PathBuf;
 use std::sync::{Mutex, OnceLock};
 
