@@ -36,16 +36,27 @@ fn generate_grpc(out_dir: &Path) -> BuildResult<()> {
     let mut files = Vec::new();
     proto_files(Path::new("proto"), &mut files)?;
     files.sort();
-    let fds = protox::compile(&files, ["proto"])?;
+    let mut compiler = protox::Compiler::new(["proto"])?;
+    compiler
+        .include_source_info(true)
+        .include_imports(true)
+        .open_files(&files)?;
+    let fds = compiler.file_descriptor_set();
+    // Custom options (the role) survive only in the reflective pool, not in prost's types.
+    let pool = compiler.descriptor_pool();
+    let role_option = pool
+        .get_extension_by_name("pgvs3.v1.role")
+        .ok_or("proto/pgvs3/v1/role.proto: extension pgvs3.v1.role missing")?;
 
     std::fs::write(
         out_dir.join("grpc_descriptor.bin"),
         prost::Message::encode_to_vec(&fds),
     )?;
 
-    // The read-only table for the gate comes from `idempotency_level = NO_SIDE_EFFECTS`.
+    // The read-only table for the gate comes from `idempotency_level = NO_SIDE_EFFECTS`, the role
+    // from `(pgvs3.v1.role)`, which every method must declare.
     let mut table = String::from(
-        "/// Every gRPC method served, with whether a read-only gateway may serve it.\n\
+        "/// Every gRPC method served, with whether a read-only gateway may serve it and its role.\n\
          pub const GRPC_OPERATIONS: &[GrpcOperation] = &[\n",
     );
     for file in &fds.file {
@@ -56,10 +67,28 @@ fn generate_grpc(out_dir: &Path) -> BuildResult<()> {
                     o.idempotency_level()
                         == prost_types::method_options::IdempotencyLevel::NoSideEffects
                 });
+                let full_name = format!("{package}.{}", service.name());
+                let declared = pool
+                    .get_service_by_name(&full_name)
+                    .and_then(|s| s.methods().find(|m| m.name() == method.name()))
+                    .map(|m| m.options().get_extension(&role_option).into_owned());
+                let role = match declared.as_ref().and_then(|v| v.as_enum_number()) {
+                    Some(1) => "Public",
+                    Some(2) => "Reader",
+                    Some(3) => "Producer",
+                    Some(4) => "Worker",
+                    Some(5) => "Admin",
+                    _ => {
+                        return Err(format!(
+                            "{full_name}/{}: no `option (pgvs3.v1.role)`; every method declares its role",
+                            method.name()
+                        )
+                        .into());
+                    }
+                };
                 writeln!(
                     table,
-                    "    GrpcOperation {{ path: \"/{package}.{}/{}\", read_only: {read_only} }},",
-                    service.name(),
+                    "    GrpcOperation {{ path: \"/{full_name}/{}\", read_only: {read_only}, role: crate::core::Role::{role} }},",
                     method.name()
                 )?;
             }
@@ -92,6 +121,8 @@ struct Operation {
     path: String,
     summary: String,
     read_only: bool,
+    /// The `crate::core::Role` variant the operation needs.
+    role: &'static str,
     path_params: Vec<String>,
     query: Vec<Param>,
     /// Optional string header parameters, by their HTTP name.
@@ -378,6 +409,20 @@ fn collect_operations(spec: &Value) -> BuildResult<Vec<Operation>> {
                     .unwrap_or_default();
                 responses.push((status, schema, headers));
             }
+            let role = match op.get("x-role").and_then(Value::as_str) {
+                Some("public") => "Public",
+                Some("reader") => "Reader",
+                Some("producer") => "Producer",
+                Some("worker") => "Worker",
+                Some("admin") => "Admin",
+                other => {
+                    return Err(format!(
+                        "{method} {path} ({id}): x-role is {other:?}; every operation declares \
+                         one of public, reader, producer, worker, admin"
+                    )
+                    .into());
+                }
+            };
             let read_only = op
                 .get("x-read-only")
                 .and_then(Value::as_bool)
@@ -394,6 +439,7 @@ fn collect_operations(spec: &Value) -> BuildResult<Vec<Operation>> {
                     .unwrap_or(id)
                     .to_string(),
                 read_only,
+                role,
                 path_params,
                 query,
                 headers,
@@ -417,14 +463,15 @@ fn generate_operations(operations: &[Operation]) -> BuildResult<String> {
          \x20   /// The operationId.\n    pub id: &'static str,\n\
          \x20   /// The HTTP method, upper case.\n    pub method: &'static str,\n\
          \x20   /// The path template, `{name}` for a parameter.\n    pub path: &'static str,\n\
-         \x20   /// Whether a read-only gateway serves it.\n    pub read_only: bool,\n}\n\n\
+         \x20   /// Whether a read-only gateway serves it.\n    pub read_only: bool,\n\
+         \x20   /// The role a token needs (`x-role`).\n    pub role: crate::core::Role,\n}\n\n\
          /// Every HTTP operation served.\npub const HTTP_OPERATIONS: &[HttpOperation] = &[\n",
     );
     for op in operations {
         writeln!(
             code,
-            "    HttpOperation {{ id: \"{}\", method: \"{}\", path: \"{}\", read_only: {} }},",
-            op.id, op.method, op.path, op.read_only
+            "    HttpOperation {{ id: \"{}\", method: \"{}\", path: \"{}\", read_only: {}, role: crate::core::Role::{} }},",
+            op.id, op.method, op.path, op.read_only, op.role
         )?;
     }
     code.push_str("];\n\n");

@@ -34,6 +34,53 @@ pub enum Command {
     Migrate(DatabaseArgs),
     /// Run maintenance passes (lease expiry, TTL, retention, stream retries, ticks, rotation).
     Maintain(MaintainArgs),
+    /// Create, list and revoke API tokens (stored in the database, shared by every gateway).
+    Token(TokenArgs),
+}
+
+/// Settings of `pgvs3 token`.
+#[derive(Debug, Clone, Args)]
+pub struct TokenArgs {
+    /// Database settings.
+    #[command(flatten)]
+    pub database: DatabaseArgs,
+    /// What to do.
+    #[command(subcommand)]
+    pub action: TokenAction,
+}
+
+/// `pgvs3 token` actions.
+#[derive(Debug, Clone, Subcommand)]
+pub enum TokenAction {
+    /// Create a token and print it once on stdout (only its hash is stored).
+    Create {
+        /// A role: reader, producer, worker or admin (repeat for several).
+        #[arg(long = "role", required = true)]
+        roles: Vec<String>,
+        /// Queue-name patterns the token is limited to, comma-separated (`billing.*,mail`);
+        /// none: every queue.
+        #[arg(long, value_delimiter = ',')]
+        queues: Vec<String>,
+        /// The token's name (for listing and revoking); default: a generated one.
+        #[arg(long)]
+        name: Option<String>,
+    },
+    /// List tokens (names, roles, scopes, times; never the tokens).
+    List,
+    /// Revoke a token by name: every gateway refuses it from then on.
+    Revoke {
+        /// The token's name.
+        name: String,
+    },
+}
+
+/// Whether requests need a token.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
+pub enum AuthMode {
+    /// Every request but health and manifest needs a token with the operation's role.
+    On,
+    /// Anyone who reaches the port may do anything.
+    Off,
 }
 
 /// Settings of `pgvs3 maintain`.
@@ -57,14 +104,44 @@ pub struct MaintainArgs {
 #[derive(Debug, Clone, Args)]
 pub struct DatabaseArgs {
     /// PostgreSQL URL; without it a private cluster is started under --data-dir.
-    #[arg(long, env = "DATABASE_URL")]
+    #[arg(long, env = "DATABASE_URL", global = true)]
     pub database_url: Option<String>,
     /// Directory of the private cluster used when no database URL is given.
-    #[arg(long, env = "PGVS3_DATA_DIR", default_value = ".pgvs3")]
+    #[arg(long, env = "PGVS3_DATA_DIR", default_value = ".pgvs3", global = true)]
     pub data_dir: PathBuf,
     /// Database connections in the pool.
-    #[arg(long, env = "PGVS3_DB_POOL_SIZE", default_value_t = 32)]
+    #[arg(long, env = "PGVS3_DB_POOL_SIZE", default_value_t = 32, global = true)]
     pub db_pool_size: u32,
+}
+
+impl ServeArgs {
+    /// Whether auth is on: as asked, else on unless every listen address is loopback.
+    pub fn auth_on(&self) -> bool {
+        match self.auth {
+            Some(mode) => mode == AuthMode::On,
+            None => self.listens_beyond_loopback(),
+        }
+    }
+
+    /// Whether a listen address reaches beyond the loopback interface.
+    pub fn listens_beyond_loopback(&self) -> bool {
+        !std::iter::once(&self.listen)
+            .chain(&self.grpc_listen)
+            .all(|address| is_loopback(address))
+    }
+}
+
+/// Whether a listen address names only the loopback interface.
+fn is_loopback(address: &str) -> bool {
+    let host = match address.rsplit_once(':') {
+        Some((host, _port)) => host,
+        None => address,
+    };
+    let host = host.trim_start_matches('[').trim_end_matches(']');
+    host == "localhost"
+        || host
+            .parse::<std::net::IpAddr>()
+            .is_ok_and(|ip| ip.is_loopback())
 }
 
 /// Settings of `pgvs3 serve`.
@@ -88,6 +165,12 @@ pub struct ServeArgs {
     /// PEM CA certificates: require every client to present a certificate they signed (mTLS).
     #[arg(long, env = "PGVS3_TLS_CLIENT_CA", requires = "tls_cert")]
     pub tls_client_ca: Option<std::path::PathBuf>,
+    /// Token authentication: default on, unless every listen address is loopback.
+    #[arg(long, env = "PGVS3_AUTH", value_enum)]
+    pub auth: Option<AuthMode>,
+    /// Serve /metrics without a token (else it needs the reader role when auth is on).
+    #[arg(long, env = "PGVS3_METRICS_OPEN")]
+    pub metrics_open: bool,
     /// Serve reads only; every mutation is rejected (403 read_only / PERMISSION_DENIED).
     #[arg(long, env = "PGVS3_READ_ONLY")]
     pub read_only: bool,
@@ -124,4 +207,28 @@ pub struct ServeArgs {
     /// How long shutdown waits for in-flight requests, seconds.
     #[arg(long, env = "PGVS3_SHUTDOWN_TIMEOUT_SECS", default_value_t = 10)]
     pub shutdown_timeout_secs: u64,
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn serve(args: &[&str]) -> ServeArgs {
+        let cli = Cli::parse_from([&["pgvs3", "serve"], args].concat());
+        match cli.command {
+            Command::Serve(args) => args,
+            _ => unreachable!("serve parses as serve"),
+        }
+    }
+
+    #[test]
+    fn auth_defaults_to_on_off_loopback() {
+        assert!(!serve(&[]).auth_on());
+        assert!(!serve(&["--listen", "[::1]:8080"]).auth_on());
+        assert!(!serve(&["--listen", "localhost:8080"]).auth_on());
+        assert!(serve(&["--listen", "0.0.0.0:8080"]).auth_on());
+        assert!(serve(&["--grpc-listen", "10.0.0.5:9090"]).auth_on());
+        assert!(!serve(&["--listen", "0.0.0.0:8080", "--auth", "off"]).auth_on());
+        assert!(serve(&["--auth", "on"]).auth_on());
+    }
 }

@@ -5,7 +5,7 @@ use std::time::Duration;
 
 use clap::Parser;
 use pgvs3::cluster::{ClusterOptions, PrivateCluster};
-use pgvs3::config::{Cli, Command, DatabaseArgs, MaintainArgs, ServeArgs};
+use pgvs3::config::{Cli, Command, DatabaseArgs, MaintainArgs, ServeArgs, TokenAction, TokenArgs};
 use pgvs3::core::ServiceSettings;
 use pgvs3::server::{self, ServerSettings};
 use pgvs3::store::Store;
@@ -32,6 +32,7 @@ fn main() -> ExitCode {
             Command::Serve(args) => serve(args).await,
             Command::Migrate(args) => migrate(args).await,
             Command::Maintain(args) => maintain(args).await,
+            Command::Token(args) => token(args).await,
         }
     });
     match result {
@@ -156,7 +157,86 @@ async fn shutdown_signal() {
     }
 }
 
+async fn token(args: TokenArgs) -> Result<(), String> {
+    let (url, cluster) = database(&args.database).await?;
+    let result = async {
+        let store = Store::connect(&url, 2, 0, false)
+            .await
+            .map_err(|e| e.to_string())?;
+        store.migrate().await.map_err(|e| e.to_string())?;
+        let service = pgvs3::core::Service::new(store.clone(), ServiceSettings::default());
+        let done = match args.action {
+            TokenAction::Create {
+                roles,
+                queues,
+                name,
+            } => {
+                let name = name.unwrap_or_else(|| {
+                    format!("token-{}", &uuid::Uuid::new_v4().simple().to_string()[..12])
+                });
+                service
+                    .create_token(&name, &roles, &queues)
+                    .await
+                    .map(|created| {
+                        // The token goes to stdout alone, so `$(pgvs3 token create ...)` captures it.
+                        println!("{}", created.token);
+                        eprintln!(
+                            "pgvs3: token {} created (roles {}; queues {})",
+                            created.grant.name,
+                            roles_text(&created.grant),
+                            queues_text(&created.grant)
+                        );
+                    })
+            }
+            TokenAction::List => service.list_tokens().await.map(|tokens| {
+                for record in tokens {
+                    println!(
+                        "{}",
+                        serde_json::json!({
+                            "name": record.grant.name,
+                            "roles": record.grant.roles,
+                            "queues": record.grant.queues,
+                            "created_at": record.created_at,
+                            "revoked_at": record.revoked_at,
+                        })
+                    );
+                }
+            }),
+            TokenAction::Revoke { name } => service
+                .revoke_token(&name)
+                .await
+                .map(|()| eprintln!("pgvs3: token {name} revoked")),
+        };
+        store.close().await;
+        done.map_err(|e| e.message)
+    }
+    .await;
+    stop_cluster(cluster).await;
+    result
+}
+
+fn roles_text(grant: &pgvs3::core::Grant) -> String {
+    let names: Vec<&str> = grant.roles.iter().map(|r| r.name()).collect();
+    names.join(",")
+}
+
+fn queues_text(grant: &pgvs3::core::Grant) -> String {
+    if grant.queues.is_empty() {
+        "all".to_string()
+    } else {
+        grant.queues.join(",")
+    }
+}
+
 async fn serve(args: ServeArgs) -> Result<(), String> {
+    let auth = args.auth_on();
+    if !auth && args.listens_beyond_loopback() {
+        tracing::warn!(
+            "--auth off: anyone who reaches {} may do anything; keep it on loopback or behind an \
+             authenticating proxy",
+            args.listen
+        );
+    }
     let (url, cluster) = database(&args.database).await?;
     let settings = ServerSettings {
         listen: args.listen.clone(),
@@ -185,6 +265,8 @@ async fn serve(args: ServeArgs) -> Result<(), String> {
             max_streams: args.max_streams,
             ..ServiceSettings::default()
         },
+        auth,
+        metrics_open: args.metrics_open,
     };
     let result = match server::start(settings).await {
         Ok(running) => {

@@ -41,6 +41,10 @@ pub struct ServerSettings {
     pub maintenance_interval: Option<Duration>,
     /// Job operation settings (read-only included).
     pub service: ServiceSettings,
+    /// Every operation but the public ones needs a token with its role.
+    pub auth: bool,
+    /// `/metrics` without a token when auth is on.
+    pub metrics_open: bool,
 }
 
 impl ServerSettings {
@@ -59,6 +63,8 @@ impl ServerSettings {
             shutdown_timeout: Duration::from_secs(10),
             maintenance_interval: Some(Duration::from_millis(500)),
             service: ServiceSettings::default(),
+            auth: false,
+            metrics_open: false,
         }
     }
 }
@@ -169,11 +175,20 @@ pub async fn start(settings: ServerSettings) -> Result<RunningServer, StartError
         store.migrate().await?;
     }
     let service = Arc::new(Service::new(store.clone(), settings.service.clone()));
+    let auth = if settings.auth {
+        Some(middleware::Auth {
+            tokens: crate::store::tokens::TokenCache::start(store.pool().clone()).await,
+            metrics_open: settings.metrics_open,
+        })
+    } else {
+        None
+    };
     let stack = StackState::new(
         settings.service.read_only,
         settings.max_in_flight,
         settings.queue_max_in_flight,
         settings.max_body_bytes,
+        auth,
     );
     // Streaming RPCs end when shutdown begins, so graceful shutdown does not wait on them.
     let (shutdown, _) = watch::channel(false);
@@ -222,7 +237,7 @@ pub async fn start(settings: ServerSettings) -> Result<RunningServer, StartError
             Ok(())
         });
     }
-    tracing::info!(%addr, ?grpc_addr, read_only = settings.service.read_only, "pgvs3 serving HTTP and gRPC");
+    tracing::info!(%addr, ?grpc_addr, read_only = settings.service.read_only, auth = settings.auth, "pgvs3 serving HTTP and gRPC");
     Ok(RunningServer {
         addr,
         grpc_addr,

@@ -394,7 +394,7 @@ async fn shutdown_ends_the_stream() {
     let (stop, stopped) = tokio::sync::watch::channel(false);
     let app = pgvs3::middleware::apply(
         pgvs3::http::router_until(service, stopped.clone()),
-        pgvs3::middleware::StackState::new(false, 16, 0, 1 << 20),
+        pgvs3::middleware::StackState::new(false, 16, 0, 1 << 20, None),
     );
     let listener = tokio::net::TcpListener::bind("127.0.0.1:0")
         .await

@@ -21,6 +21,10 @@ pub enum ErrorKind {
     StaleLease,
     /// A mutation sent to a read-only gateway.
     ReadOnly,
+    /// No valid token (missing, unknown or revoked) where one is needed.
+    Unauthenticated,
+    /// A valid token without the role or queue scope the operation needs.
+    Forbidden,
     /// An admission limit was reached.
     RateLimited,
     /// A namespace quota (queues, jobs, stream events) was reached; retry after freeing room.
@@ -50,6 +54,8 @@ impl ErrorKind {
             ErrorKind::Duplicate => "duplicate",
             ErrorKind::StaleLease => "stale_lease",
             ErrorKind::ReadOnly => "read_only",
+            ErrorKind::Unauthenticated => "unauthenticated",
+            ErrorKind::Forbidden => "forbidden",
             ErrorKind::RateLimited => "rate_limited",
             ErrorKind::QuotaExceeded => "quota_exceeded",
             ErrorKind::Unsupported => "unsupported",

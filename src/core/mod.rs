@@ -1,6 +1,7 @@
 //! The one protocol-neutral service: validates requests, decides, and calls the store.
 //! Both the HTTP and the gRPC adapter call these methods and only convert.
 
+pub mod access;
 pub mod cron;
 pub mod error;
 pub mod events;
@@ -18,6 +19,7 @@ use chrono::Utc;
 use serde_json::json;
 
 use crate::store::Store;
+pub use access::{Grant, Role};
 pub use error::{CoreError, ErrorKind};
 pub use job::{
     AckJob, DeadLetterPage, EnqueueJob, Enqueued, FetchJobs, Heartbeat, HeartbeatOutcome, Job,

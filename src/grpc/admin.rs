@@ -9,7 +9,7 @@ use tonic::{Request, Response, Status};
 use super::convert::{from_struct, to_struct};
 use super::proto::pgvs3::v1 as pb;
 use super::proto::pgvs3::v1::admin_service_server::AdminService;
-use super::{answer, request_id};
+use super::{admit_queues, answer, request_id};
 use crate::core::{CoreError, QueueConfigChanges, Service};
 
 /// The gRPC binding of queue administration.
@@ -89,6 +89,7 @@ impl AdminService for AdminAdapter {
         request: Request<pb::CreateQueueRequest>,
     ) -> Result<Response<pb::CreateQueueResponse>, Status> {
         let id = request_id(&request);
+        admit_queues(request.extensions(), &id, [request.get_ref().queue.clone()])?;
         let queue = request.into_inner().queue;
         let result = self.service.create_queue(&queue).await;
         answer(
@@ -102,6 +103,7 @@ impl AdminService for AdminAdapter {
         request: Request<pb::DropQueueRequest>,
     ) -> Result<Response<pb::DropQueueResponse>, Status> {
         let id = request_id(&request);
+        admit_queues(request.extensions(), &id, [request.get_ref().queue.clone()])?;
         let queue = request.into_inner().queue;
         let result = self.service.drop_queue(&queue).await;
         answer(
@@ -118,6 +120,7 @@ impl AdminService for AdminAdapter {
         request: Request<pb::AdoptQueueRequest>,
     ) -> Result<Response<pb::AdoptQueueResponse>, Status> {
         let id = request_id(&request);
+        admit_queues(request.extensions(), &id, [request.get_ref().queue.clone()])?;
         let queue = request.into_inner().queue;
         let result = self.service.adopt_queue(&queue).await;
         answer(
@@ -134,6 +137,7 @@ impl AdminService for AdminAdapter {
         request: Request<pb::GetQueueConfigRequest>,
     ) -> Result<Response<pb::GetQueueConfigResponse>, Status> {
         let id = request_id(&request);
+        admit_queues(request.extensions(), &id, [request.get_ref().queue.clone()])?;
         let queue = request.into_inner().queue;
         let result = self
             .service
@@ -152,6 +156,7 @@ impl AdminService for AdminAdapter {
         request: Request<pb::SetQueueConfigRequest>,
     ) -> Result<Response<pb::SetQueueConfigResponse>, Status> {
         let id = request_id(&request);
+        admit_queues(request.extensions(), &id, [request.get_ref().queue.clone()])?;
         let r = request.into_inner();
         let queue = r.queue.clone();
         let result = match changes(r) {

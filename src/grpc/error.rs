@@ -18,7 +18,8 @@ pub fn code_of(kind: ErrorKind) -> Code {
         ErrorKind::Conflict | ErrorKind::StaleLease | ErrorKind::Unsupported => {
             Code::FailedPrecondition
         }
-        ErrorKind::ReadOnly => Code::PermissionDenied,
+        ErrorKind::ReadOnly | ErrorKind::Forbidden => Code::PermissionDenied,
+        ErrorKind::Unauthenticated => Code::Unauthenticated,
         ErrorKind::RateLimited | ErrorKind::QuotaExceeded | ErrorKind::PayloadTooLarge => {
             Code::ResourceExhausted
         }

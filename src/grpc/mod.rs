@@ -90,13 +90,15 @@ fn answer<T>(
         .map_err(|e| status_of(&e, id))
 }
 
-/// One gRPC method with whether a read-only gateway serves it.
+/// One gRPC method with whether a read-only gateway serves it and the role it needs.
 #[derive(Debug, Clone, Copy)]
 pub struct GrpcOperation {
     /// `/package.Service/Method`.
     pub path: &'static str,
     /// Declared `idempotency_level = NO_SIDE_EFFECTS`.
     pub read_only: bool,
+    /// Declared `(pgvs3.v1.role)`.
+    pub role: crate::core::Role,
 }
 
 include!(concat!(env!("OUT_DIR"), "/grpc_operations.rs"));

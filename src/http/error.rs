@@ -40,7 +40,8 @@ pub fn status_of(kind: ErrorKind) -> StatusCode {
         ErrorKind::ValidationError | ErrorKind::Unsupported => StatusCode::UNPROCESSABLE_ENTITY,
         ErrorKind::NotFound => StatusCode::NOT_FOUND,
         ErrorKind::Conflict | ErrorKind::Duplicate | ErrorKind::StaleLease => StatusCode::CONFLICT,
-        ErrorKind::ReadOnly => StatusCode::FORBIDDEN,
+        ErrorKind::ReadOnly | ErrorKind::Forbidden => StatusCode::FORBIDDEN,
+        ErrorKind::Unauthenticated => StatusCode::UNAUTHORIZED,
         ErrorKind::RateLimited | ErrorKind::QuotaExceeded => StatusCode::TOO_MANY_REQUESTS,
         ErrorKind::PayloadTooLarge | ErrorKind::BatchTooLarge => StatusCode::PAYLOAD_TOO_LARGE,
         ErrorKind::Backend => StatusCode::INTERNAL_SERVER_ERROR,
@@ -64,6 +65,10 @@ fn hint_of(kind: ErrorKind) -> &'static str {
             "Your lease ended and the job was claimed again; stop working on it."
         }
         ErrorKind::ReadOnly => "Send mutations to a writable gateway.",
+        ErrorKind::Unauthenticated => {
+            "Send a token: Authorization: Bearer <token> (gRPC: authorization metadata)."
+        }
+        ErrorKind::Forbidden => "Use a token with the named role and queue scope.",
         ErrorKind::RateLimited => "Retry after the Retry-After interval.",
         ErrorKind::QuotaExceeded => {
             "Free room (finish jobs, let events age out, drop queues) or raise the quota."

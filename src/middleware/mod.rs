@@ -1,8 +1,9 @@
 //! The one tower middleware stack in front of both protocols: request ids, OJS headers, body
-//! limit, read-only gate, admission control (global and per queue) and tracing. Each rejection
+//! limit, tokens and roles, read-only gate, admission control (global and per queue) and tracing. Each rejection
 //! answers in the protocol's own terms (HTTP status + OJS envelope, or gRPC status + ErrorInfo).
 
 mod admission;
+mod auth;
 mod body_limit;
 mod headers;
 mod observe;
@@ -20,6 +21,7 @@ use tokio::sync::Semaphore;
 
 use crate::core::CoreError;
 pub use admission::AdmissionSlot;
+pub use auth::Auth;
 pub use body_limit::BodyLimit;
 pub use observe::{LATENCY_BUCKETS, RequestMetrics, RequestSeries};
 pub use operation::{Operation, Protocol, classify};
@@ -39,16 +41,19 @@ pub struct StackState {
     pub max_body_bytes: usize,
     /// Request counts and latencies for /metrics.
     pub metrics: RequestMetrics,
+    /// Token checking; `None` serves everyone (`--auth off`).
+    pub auth: Option<Auth>,
 }
 
 impl StackState {
     /// A stack allowing `max_in_flight` requests at once (`queue_max_in_flight` per queue, 0 = no
-    /// per-queue limit) and bodies up to `max_body_bytes`.
+    /// per-queue limit) and bodies up to `max_body_bytes`, checking tokens with `auth`.
     pub fn new(
         read_only: bool,
         max_in_flight: usize,
         queue_max_in_flight: usize,
         max_body_bytes: usize,
+        auth: Option<Auth>,
     ) -> Arc<Self> {
         Arc::new(StackState {
             read_only: AtomicBool::new(read_only),
@@ -56,6 +61,7 @@ impl StackState {
             queue_limits: QueueLimits::new(queue_max_in_flight),
             max_body_bytes,
             metrics: RequestMetrics::default(),
+            auth,
         })
     }
 
@@ -74,6 +80,7 @@ pub fn apply(router: axum::Router, state: Arc<StackState>) -> axum::Router {
         .layer(from_fn_with_state(state.clone(), queue_admission::admit))
         .layer(from_fn_with_state(state.clone(), admission::admit))
         .layer(from_fn_with_state(state.clone(), read_only::gate))
+        .layer(from_fn_with_state(state.clone(), auth::authorize))
         .layer(from_fn_with_state(state.clone(), body_limit::limit))
         .layer(axum::middleware::from_fn(headers::ojs_headers))
         .layer(from_fn_with_state(state.clone(), observe::observe))

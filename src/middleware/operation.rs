@@ -4,6 +4,7 @@ use axum::extract::Request;
 use axum::middleware::Next;
 use axum::response::Response;
 
+use crate::core::Role;
 use crate::grpc::GRPC_OPERATIONS;
 use crate::http::api::HTTP_OPERATIONS;
 
@@ -32,6 +33,9 @@ pub struct Operation {
     pub id: Option<&'static str>,
     /// Whether a read-only gateway serves it.
     pub read_only: bool,
+    /// The role a token needs (declared in the schemas; `Public` for routes in neither table,
+    /// which only answer 404, and for health and reflection).
+    pub role: Role,
 }
 
 fn path_matches(template: &str, path: &str) -> bool {
@@ -68,6 +72,7 @@ pub fn classify(method: &http::Method, path: &str, grpc: bool) -> Operation {
                 || READ_ONLY_SERVICES
                     .iter()
                     .any(|prefix| path.starts_with(prefix)),
+            role: found.map_or(Role::Public, |op| op.role),
         };
     }
     let found = HTTP_OPERATIONS
@@ -78,6 +83,7 @@ pub fn classify(method: &http::Method, path: &str, grpc: bool) -> Operation {
         id: found.map(|op| op.id),
         // Unknown routes only ever answer 404/405, so they may pass the gate.
         read_only: found.is_none_or(|op| op.read_only),
+        role: found.map_or(Role::Public, |op| op.role),
     }
 }
 

@@ -28,7 +28,7 @@ use bytes::Bytes;
 use serde_json::Value;
 
 use super::{AdmissionSlot, Operation, Protocol, RequestId, StackState, reject};
-use crate::core::{CoreError, ErrorKind};
+use crate::core::{CoreError, ErrorKind, Grant};
 
 /// In-flight request counts per queue: one counting semaphore per queue, kept in one map so a
 /// fetch can take all of its queues' permits atomically.
@@ -261,21 +261,24 @@ async fn classify(request: Request, operation: &str) -> (Request, Vec<String>) {
 #[derive(Debug, Clone)]
 pub struct QueueGate(Arc<QueueLimits>);
 
-/// Takes a permit on each of `queues` for the request whose extensions these are, held with its
-/// admission slot; `rate_limited` when one of them is full. Without a gate (limits off, or no
-/// stack) every queue is admitted.
+/// Checks `queues` against the request's token scope (`forbidden`), then takes a permit on each
+/// for the request whose extensions these are, held with its admission slot; `rate_limited` when
+/// one of them is full. Without a gate (limits off, or no stack) every queue is admitted.
 pub fn admit_queues(
     extensions: &http::Extensions,
     queues: impl IntoIterator<Item = String>,
 ) -> Result<(), CoreError> {
-    let Some(QueueGate(limits)) = extensions.get::<QueueGate>() else {
-        return Ok(());
-    };
     let queues: Vec<String> = queues
         .into_iter()
         .collect::<BTreeSet<_>>()
         .into_iter()
         .collect();
+    if let Some(grant) = extensions.get::<Grant>() {
+        grant.require_queues(queues.iter().map(String::as_str))?;
+    }
+    let Some(QueueGate(limits)) = extensions.get::<QueueGate>() else {
+        return Ok(());
+    };
     if queues.is_empty() {
         return Ok(());
     }
@@ -299,7 +302,8 @@ fn full_queue(limits: &QueueLimits, full: String) -> CoreError {
     .with_detail("queue", full.into())
 }
 
-/// Admits an HTTP request if each of its queues has a free slot; gives gRPC requests the gate.
+/// Admits an HTTP request if its token's scope covers each of its queues and each has a free
+/// slot; gives gRPC requests the gate (their adapters call `admit_queues`).
 pub async fn admit(
     State(state): State<Arc<StackState>>,
     mut request: Request,
@@ -310,31 +314,47 @@ pub async fn admit(
         .extensions()
         .get::<Operation>()
         .map(|op| op.protocol);
-    if protocol == Some(Protocol::Grpc) && limits.enabled() {
-        request.extensions_mut().insert(QueueGate(limits.clone()));
+    if protocol == Some(Protocol::Grpc) {
+        if limits.enabled() {
+            request.extensions_mut().insert(QueueGate(limits.clone()));
+        }
         return next.run(request).await;
     }
+    let scope = request
+        .extensions()
+        .get::<Grant>()
+        .filter(|grant| !grant.queues.is_empty())
+        .cloned();
     let operation = request
         .extensions()
         .get::<Operation>()
         .filter(|op| op.protocol == Protocol::Http)
         .and_then(|op| op.id);
-    let Some(operation) = operation.filter(|_| limits.enabled()) else {
+    let Some(operation) = operation.filter(|_| limits.enabled() || scope.is_some()) else {
         return next.run(request).await;
     };
     let (request, queues) = classify(request, operation).await;
-    if queues.is_empty() {
+    let request_id = |request: &Request| {
+        request
+            .extensions()
+            .get::<RequestId>()
+            .map(|r| r.0.clone())
+            .unwrap_or_default()
+    };
+    if let Some(grant) = scope
+        && let Err(error) = grant.require_queues(queues.iter().map(String::as_str))
+    {
+        return reject(Protocol::Http, error, &request_id(&request));
+    }
+    if queues.is_empty() || !limits.enabled() {
         return next.run(request).await;
     }
     match limits.try_admit(queues) {
-        Err(full) => {
-            let id = request
-                .extensions()
-                .get::<RequestId>()
-                .map(|r| r.0.clone())
-                .unwrap_or_default();
-            reject(Protocol::Http, full_queue(limits, full), &id)
-        }
+        Err(full) => reject(
+            Protocol::Http,
+            full_queue(limits, full),
+            &request_id(&request),
+        ),
         Ok(permits) => match request.extensions().get::<AdmissionSlot>().cloned() {
             Some(slot) => {
                 slot.hold_queues(permits);

@@ -27,6 +27,7 @@ const MIGRATIONS: &[Migration] = &[
         "event_mirror",
         include_str!("../../sql/008_event_mirror.sql"),
     ),
+    Migration(9, "tokens", include_str!("../../sql/009_tokens.sql")),
 ];
 
 /// One migration: version, name, SQL.

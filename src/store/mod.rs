@@ -7,6 +7,7 @@ pub mod migrate;
 mod routes;
 pub mod signals;
 mod stream;
+pub mod tokens;
 
 use std::time::Duration;
 

@@ -1,0 +1,94 @@
+//! Authentication and roles for both protocols: the bearer token (HTTP `Authorization: Bearer`,
+//! gRPC `authorization` metadata, the same HTTP/2 header) must name a live token holding the
+//! role the operation declares (`x-role`, `(pgvs3.v1.role)`). The token's queue scope is
+//! checked where the request's queues are known: `queue_admission` for HTTP, `admit_queues` in
+//! the gRPC adapters. The token itself is never logged or echoed.
+
+use std::sync::Arc;
+
+use axum::extract::{Request, State};
+use axum::middleware::Next;
+use axum::response::Response;
+
+use super::{Operation, RequestId, StackState, reject};
+use crate::core::access::token_hash;
+use crate::core::{CoreError, ErrorKind, Role};
+use crate::store::tokens::TokenCache;
+
+/// Token checking of one server.
+pub struct Auth {
+    /// Live tokens, cached per gateway.
+    pub tokens: TokenCache,
+    /// `/metrics` without a token (else it needs `reader`).
+    pub metrics_open: bool,
+}
+
+/// The bearer token of a request, if it sent one.
+fn bearer(request: &Request) -> Option<&str> {
+    let value = request
+        .headers()
+        .get(http::header::AUTHORIZATION)?
+        .to_str()
+        .ok()?;
+    let (scheme, token) = value.trim().split_once(' ')?;
+    scheme
+        .eq_ignore_ascii_case("bearer")
+        .then(|| token.trim())
+        .filter(|t| !t.is_empty())
+}
+
+/// Refuses requests without a live token holding the operation's role; stores the grant for
+/// the queue-scope checks after it.
+pub async fn authorize(
+    State(state): State<Arc<StackState>>,
+    mut request: Request,
+    next: Next,
+) -> Response {
+    let Some(auth) = &state.auth else {
+        return next.run(request).await;
+    };
+    let Some(op) = request.extensions().get::<Operation>().copied() else {
+        return next.run(request).await;
+    };
+    let role = if request.uri().path() == "/metrics" && op.id.is_none() {
+        if auth.metrics_open {
+            Role::Public
+        } else {
+            Role::Reader
+        }
+    } else {
+        op.role
+    };
+    if role == Role::Public {
+        return next.run(request).await;
+    }
+    let operation = op.id.unwrap_or("/metrics");
+    let checked = match bearer(&request) {
+        None => Err(CoreError::new(
+            ErrorKind::Unauthenticated,
+            format!("{operation} needs a token with role {}", role.name()),
+        )),
+        Some(token) => match auth.tokens.grant(&token_hash(token)).await {
+            Err(error) => Err(error),
+            Ok(None) => Err(CoreError::new(
+                ErrorKind::Unauthenticated,
+                "the token is unknown or revoked",
+            )),
+            Ok(Some(grant)) => grant.require_role(role, operation).map(|()| grant),
+        },
+    };
+    match checked {
+        Ok(grant) => {
+            request.extensions_mut().insert(grant);
+            next.run(request).await
+        }
+        Err(error) => {
+            let id = request
+                .extensions()
+                .get::<RequestId>()
+                .map(|r| r.0.clone())
+                .unwrap_or_default();
+            reject(op.protocol, error, &id)
+        }
+    }
+}
