@@ -171,11 +171,8 @@ async fn token(args: TokenArgs) -> Result<(), String> {
                 queues,
                 name,
             } => {
-                let name = name.unwrap_or_else(|| {
-                    format!("token-{}", &uuid::Uuid::new_v4().simple().to_string()[..12])
-                });
                 service
-                    .create_token(&name, &roles, &queues)
+                    .create_token(name.as_deref(), &roles, &queues)
                     .await
                     .map(|created| {
                         // The token goes to stdout alone, so `$(pgvs3 token create ...)` captures it.

@@ -534,3 +534,177 @@ async fn a_token_works_on_every_gateway_and_revocation_reaches_them_within_a_sec
     second.stop().await;
     first.stop().await;
 }
+
+#[test]
+fn the_readme_roles_table_matches_the_schemas() {
+    let readme = std::fs::read_to_string(concat!(env!("CARGO_MANIFEST_DIR"), "/README.md"))
+        .expect("README.md");
+    let security = readme
+        .split("## Security")
+        .nth(1)
+        .and_then(|rest| rest.split("\n## ").next())
+        .expect("a Security section");
+    let mut http_rows = std::collections::BTreeMap::new();
+    let mut grpc_rows = std::collections::BTreeMap::new();
+    for line in security.lines().filter(|l| l.starts_with("| `")) {
+        let cells: Vec<&str> = line.trim_matches('|').split('|').map(str::trim).collect();
+        assert_eq!(cells.len(), 3, "a roles row: {line}");
+        let role = cells[0].trim_matches('`').to_string();
+        let names = |cell: &str| -> Vec<String> {
+            let mut names: Vec<String> = cell
+                .split(',')
+                .map(|n| n.trim().to_string())
+                .filter(|n| !n.is_empty())
+                .collect();
+            names.sort();
+            names
+        };
+        http_rows.insert(role.clone(), names(cells[1]));
+        grpc_rows.insert(role, names(cells[2]));
+    }
+    let mut http_declared = std::collections::BTreeMap::<String, Vec<String>>::new();
+    for op in HTTP_OPERATIONS {
+        http_declared
+            .entry(op.role.name().to_string())
+            .or_default()
+            .push(op.id.to_string());
+    }
+    let mut grpc_declared = std::collections::BTreeMap::<String, Vec<String>>::new();
+    for op in GRPC_OPERATIONS {
+        // "/ojs.v1.OJSService/GetJob" is written "OJSService/GetJob".
+        let (service, method) = op
+            .path
+            .trim_start_matches('/')
+            .split_once('/')
+            .expect("path");
+        let service = service.rsplit('.').next().expect("service");
+        grpc_declared
+            .entry(op.role.name().to_string())
+            .or_default()
+            .push(format!("{service}/{method}"));
+    }
+    for names in http_declared.values_mut().chain(grpc_declared.values_mut()) {
+        names.sort();
+    }
+    assert_eq!(http_rows, http_declared, "README's HTTP column");
+    assert_eq!(grpc_rows, grpc_declared, "README's gRPC column");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn tokens_are_managed_over_both_protocols() {
+    use pgvs3::grpc::proto::pgvs3::v1 as pb;
+    use pgvs3::grpc::proto::pgvs3::v1::admin_service_client::AdminServiceClient;
+
+    let app = common::spawn_app_with(|s| s.auth = true).await;
+    let admin = create_token(&app.database_url, "root", &["admin"], None);
+    let client = reqwest::Client::new();
+
+    // HTTP: create (the token is in this answer only), use, list.
+    let created = client
+        .post(format!("{}/ojs/v1/admin/tokens", app.http_url))
+        .bearer_auth(&admin)
+        .json(&json!({"name": "mail-producer", "roles": ["producer"], "queues": ["mail"]}))
+        .send()
+        .await
+        .expect("create");
+    assert_eq!(created.status(), 201);
+    let created: Value = created.json().await.expect("json");
+    let producer = created["token"].as_str().expect("token").to_string();
+    assert_eq!(created["roles"], json!(["producer"]));
+    let enqueued = client
+        .post(format!("{}/ojs/v1/jobs", app.http_url))
+        .bearer_auth(&producer)
+        .json(&json!({"type": "mail.send", "args": [], "options": {"queue": "mail"}}))
+        .send()
+        .await
+        .expect("enqueue");
+    assert_eq!(enqueued.status(), 201);
+    let duplicate = client
+        .post(format!("{}/ojs/v1/admin/tokens", app.http_url))
+        .bearer_auth(&admin)
+        .json(&json!({"name": "mail-producer", "roles": ["producer"]}))
+        .send()
+        .await
+        .expect("create again");
+    assert_eq!(duplicate.status(), 409);
+    let bad_role = client
+        .post(format!("{}/ojs/v1/admin/tokens", app.http_url))
+        .bearer_auth(&admin)
+        .json(&json!({"roles": ["root"]}))
+        .send()
+        .await
+        .expect("create with a bad role");
+    assert_eq!(bad_role.status(), 422);
+    // Only an admin manages tokens.
+    let by_producer = client
+        .get(format!("{}/ojs/v1/admin/tokens", app.http_url))
+        .bearer_auth(&producer)
+        .send()
+        .await
+        .expect("list as producer");
+    assert_eq!(by_producer.status(), 403);
+
+    // gRPC: list, revoke; then HTTP refuses the token.
+    let channel = tonic::transport::Channel::from_shared(app.grpc_url.clone())
+        .expect("url")
+        .connect()
+        .await
+        .expect("connect");
+    let mut grpc = AdminServiceClient::new(channel);
+    fn with_token<T>(token: &str, message: T) -> tonic::Request<T> {
+        let mut request = tonic::Request::new(message);
+        request.metadata_mut().insert(
+            "authorization",
+            format!("Bearer {token}").parse().expect("metadata"),
+        );
+        request
+    }
+    let listed = grpc
+        .list_tokens(with_token(&admin, pb::ListTokensRequest {}))
+        .await
+        .expect("list")
+        .into_inner();
+    let names: Vec<&str> = listed.tokens.iter().map(|t| t.name.as_str()).collect();
+    assert_eq!(names, ["mail-producer", "root"]);
+    let made = grpc
+        .create_token(with_token(
+            &admin,
+            pb::CreateTokenRequest {
+                name: String::new(),
+                roles: vec!["reader".into()],
+                queues: vec![],
+            },
+        ))
+        .await
+        .expect("create over gRPC")
+        .into_inner();
+    assert!(made.token.starts_with("pgvs3_"));
+    assert!(made.info.is_some_and(|i| i.name.starts_with("token-")));
+    grpc.revoke_token(with_token(
+        &admin,
+        pb::RevokeTokenRequest {
+            name: "mail-producer".into(),
+        },
+    ))
+    .await
+    .expect("revoke");
+    let missing = grpc
+        .revoke_token(with_token(
+            &admin,
+            pb::RevokeTokenRequest {
+                name: "mail-producer".into(),
+            },
+        ))
+        .await
+        .expect_err("already revoked");
+    assert_eq!(missing.code(), Code::NotFound);
+    let refused = client
+        .post(format!("{}/ojs/v1/jobs", app.http_url))
+        .bearer_auth(&producer)
+        .json(&json!({"type": "mail.send", "args": [], "options": {"queue": "mail"}}))
+        .send()
+        .await
+        .expect("enqueue");
+    assert_eq!(refused.status(), 401);
+    app.stop().await;
+}

@@ -186,13 +186,22 @@ pub struct CreatedToken {
 }
 
 impl Service {
-    /// Creates a token with `roles` limited to `queues` (none: every queue).
+    /// Creates a token with `roles` limited to `queues` (none: every queue), named `name` or a
+    /// generated name.
     pub async fn create_token(
         &self,
-        name: &str,
+        name: Option<&str>,
         roles: &[String],
         queues: &[String],
     ) -> Result<CreatedToken, CoreError> {
+        let generated;
+        let name = match name {
+            Some(name) => name,
+            None => {
+                generated = format!("token-{}", &uuid::Uuid::new_v4().simple().to_string()[..12]);
+                &generated
+            }
+        };
         let grant = validate_grant(name, roles, queues)?;
         let token = mint_token();
         let created_at = self.store.create_token(&grant, &token_hash(&token)).await?;

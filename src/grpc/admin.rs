@@ -170,6 +170,56 @@ impl AdminService for AdminAdapter {
             }),
         )
     }
+
+    async fn create_token(
+        &self,
+        request: Request<pb::CreateTokenRequest>,
+    ) -> Result<Response<pb::CreateTokenResponse>, Status> {
+        let id = request_id(&request);
+        let r = request.into_inner();
+        let name = (!r.name.is_empty()).then_some(r.name.as_str());
+        let result = self.service.create_token(name, &r.roles, &r.queues).await;
+        answer(
+            &id,
+            result.map(|created| pb::CreateTokenResponse {
+                info: Some(token_info(&created.grant, &created.created_at, None)),
+                token: created.token,
+            }),
+        )
+    }
+
+    async fn list_tokens(
+        &self,
+        request: Request<pb::ListTokensRequest>,
+    ) -> Result<Response<pb::ListTokensResponse>, Status> {
+        let id = request_id(&request);
+        let result = self.service.list_tokens().await;
+        answer(
+            &id,
+            result.map(|tokens| pb::ListTokensResponse {
+                tokens: tokens
+                    .iter()
+                    .map(|t| token_info(&t.grant, &t.created_at, t.revoked_at.as_ref()))
+                    .collect(),
+            }),
+        )
+    }
+
+    async fn revoke_token(
+        &self,
+        request: Request<pb::RevokeTokenRequest>,
+    ) -> Result<Response<pb::RevokeTokenResponse>, Status> {
+        let id = request_id(&request);
+        let name = request.into_inner().name;
+        let result = self.service.revoke_token(&name).await;
+        answer(
+            &id,
+            result.map(|()| pb::RevokeTokenResponse {
+                name,
+                revoked: true,
+            }),
+        )
+    }
 }
 
 #[cfg(test)]
@@ -196,5 +246,20 @@ mod tests {
             c.autovacuum
                 .is_some_and(|a| a.fields.contains_key("fillfactor"))
         );
+    }
+}
+
+/// A token as listed (never the token itself).
+fn token_info(
+    grant: &crate::core::Grant,
+    created_at: &chrono::DateTime<chrono::Utc>,
+    revoked_at: Option<&chrono::DateTime<chrono::Utc>>,
+) -> pb::TokenInfo {
+    pb::TokenInfo {
+        name: grant.name.clone(),
+        roles: grant.roles.iter().map(|r| r.name().to_string()).collect(),
+        queues: grant.queues.clone(),
+        created_at: Some(super::convert::created_at(created_at)),
+        revoked_at: revoked_at.map(super::convert::created_at),
     }
 }

@@ -511,3 +511,18 @@ pub fn pagination<T>(page: &crate::core::page::Page<T>) -> types::Pagination {
         next_cursor: page.next_cursor.clone(),
     }
 }
+
+/// A token as listed: name, roles, scope and times (never the token).
+pub fn token_info(
+    grant: &crate::core::Grant,
+    created_at: chrono::DateTime<chrono::Utc>,
+    revoked_at: Option<chrono::DateTime<chrono::Utc>>,
+) -> types::TokenInfo {
+    types::TokenInfo {
+        name: grant.name.clone(),
+        roles: grant.roles.iter().map(|r| r.name().to_string()).collect(),
+        queues: grant.queues.clone(),
+        created_at: crate::core::time::format_time(&created_at),
+        revoked_at: revoked_at.map(|t| crate::core::time::format_time(&t)),
+    }
+}

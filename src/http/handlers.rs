@@ -811,4 +811,49 @@ impl api::HttpApi for HttpAdapter {
             has_more: page.has_more,
         }))
     }
+
+    async fn create_token(
+        &self,
+        _ctx: RequestContext,
+        body: types::TokenRequest,
+    ) -> Result<api::CreateTokenResponse, ApiError> {
+        let created = self
+            .service
+            .create_token(
+                body.name.as_deref(),
+                &body.roles,
+                body.queues.as_deref().unwrap_or_default(),
+            )
+            .await?;
+        let info = convert::token_info(&created.grant, created.created_at, None);
+        Ok(api::CreateTokenResponse::Created(types::CreatedToken {
+            name: info.name,
+            token: created.token,
+            roles: info.roles,
+            queues: info.queues,
+            created_at: info.created_at,
+        }))
+    }
+
+    async fn list_tokens(&self, _ctx: RequestContext) -> Result<api::ListTokensResponse, ApiError> {
+        let tokens = self.service.list_tokens().await?;
+        Ok(api::ListTokensResponse::Ok(types::TokenList {
+            tokens: tokens
+                .iter()
+                .map(|t| convert::token_info(&t.grant, t.created_at, t.revoked_at))
+                .collect(),
+        }))
+    }
+
+    async fn revoke_token(
+        &self,
+        _ctx: RequestContext,
+        name: String,
+    ) -> Result<api::RevokeTokenResponse, ApiError> {
+        self.service.revoke_token(&name).await?;
+        Ok(api::RevokeTokenResponse::Ok(types::TokenRevoked {
+            name,
+            revoked: true,
+        }))
+    }
 }
