@@ -222,6 +222,21 @@ impl AdminService for AdminAdapter {
     }
 }
 
+/// A token as listed (never the token itself).
+fn token_info(
+    grant: &crate::core::Grant,
+    created_at: &chrono::DateTime<chrono::Utc>,
+    revoked_at: Option<&chrono::DateTime<chrono::Utc>>,
+) -> pb::TokenInfo {
+    pb::TokenInfo {
+        name: grant.name.clone(),
+        roles: grant.roles.iter().map(|r| r.name().to_string()).collect(),
+        queues: grant.queues.clone(),
+        created_at: Some(super::convert::created_at(created_at)),
+        revoked_at: revoked_at.map(super::convert::created_at),
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -246,20 +261,5 @@ mod tests {
             c.autovacuum
                 .is_some_and(|a| a.fields.contains_key("fillfactor"))
         );
-    }
-}
-
-/// A token as listed (never the token itself).
-fn token_info(
-    grant: &crate::core::Grant,
-    created_at: &chrono::DateTime<chrono::Utc>,
-    revoked_at: Option<&chrono::DateTime<chrono::Utc>>,
-) -> pb::TokenInfo {
-    pb::TokenInfo {
-        name: grant.name.clone(),
-        roles: grant.roles.iter().map(|r| r.name().to_string()).collect(),
-        queues: grant.queues.clone(),
-        created_at: Some(super::convert::created_at(created_at)),
-        revoked_at: revoked_at.map(super::convert::created_at),
     }
 }
