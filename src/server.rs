@@ -289,5 +289,8 @@ impl RunningServer {
 impl Drop for RunningServer {
     fn drop(&mut self) {
         let _ = self.shutdown.send(true);
+        // Without this the listener outlives the server, reconnecting forever (e.g. to a
+        // database a test dropped).
+        self.store.stop_listening();
     }
 }

@@ -470,6 +470,11 @@ impl Store {
         self.pool.close().await;
     }
 
+    /// Stops the LISTEN connection's task, so a dropped server does not keep reconnecting it.
+    pub fn stop_listening(&self) {
+        self.signals.stop();
+    }
+
     /// A trivial round trip.
     #[tracing::instrument(name = "db", skip_all, fields(op = "ping"))]
     pub async fn ping(&self) -> Result<(), CoreError> {

@@ -1,5 +1,7 @@
 //! OJS conformance runner: every case file under the selected `level-N-*` folders of the
-//! conformance suite runs against its own freshly spawned pgvs3 server (fresh database).
+//! conformance suite runs against its own freshly spawned pgvs3 server (fresh database), twice:
+//! once plain, once secured (`--auth on` with an admin token the runner sends, and TLS with a
+//! certificate made here, reached through a local forwarder that opens TLS to the server).
 //!
 //! Environment:
 //! - `OJS_LEVELS`: comma list of levels to run (default `0`), e.g. `OJS_LEVELS=0,1`.
@@ -19,9 +21,14 @@ mod template;
 
 use futures_util::FutureExt;
 use futures_util::stream::{self, StreamExt};
+use std::net::SocketAddr;
 use std::panic::AssertUnwindSafe;
 use std::path::{Path, PathBuf};
+use std::sync::Arc;
 use std::time::Duration;
+
+use rustls::pki_types::pem::PemObject as _;
+use rustls::pki_types::{CertificateDer, ServerName};
 
 /// Cases that cannot pass on any server: skipped and reported as SKIP. Keyed by file path
 /// (test ids repeat across files).
@@ -145,7 +152,101 @@ fn panic_message(payload: &(dyn std::any::Any + Send)) -> String {
         .unwrap_or_else(|| "non-string panic payload".to_string())
 }
 
-async fn run_one(dir: &Path, rel_path: String, client: &reqwest::Client) -> Report {
+/// What the secured pass needs: the server's certificate, the client's TLS settings and the
+/// admin token stored in every case's database.
+struct Secured {
+    certs: common::certs::Certs,
+    client_tls: Arc<rustls::ClientConfig>,
+    token: String,
+}
+
+impl Secured {
+    fn new() -> Secured {
+        let dir = PathBuf::from(env!("CARGO_TARGET_TMPDIR"))
+            .join(format!("conformance-tls-{}", std::process::id()));
+        std::fs::create_dir_all(&dir).expect("certificate dir");
+        let certs = common::certs::make(&dir, "conformance");
+        let mut roots = rustls::RootCertStore::empty();
+        for cert in CertificateDer::pem_file_iter(&certs.ca).expect("read the CA") {
+            roots
+                .add(cert.expect("CA certificate"))
+                .expect("add the CA");
+        }
+        let mut client_tls = rustls::ClientConfig::builder_with_provider(Arc::new(
+            rustls::crypto::ring::default_provider(),
+        ))
+        .with_safe_default_protocol_versions()
+        .expect("protocol versions")
+        .with_root_certificates(roots)
+        .with_no_client_auth();
+        client_tls.alpn_protocols = vec![b"http/1.1".to_vec()];
+        Secured {
+            certs,
+            client_tls: Arc::new(client_tls),
+            token: pgvs3::core::access::mint_token(),
+        }
+    }
+
+    /// A server with auth on and TLS, its database holding the runner's admin token.
+    async fn spawn_app(&self) -> common::TestApp {
+        let app = common::spawn_app_with(|settings| {
+            settings.auth = true;
+            settings.tls = Some(pgvs3::tls::TlsFiles {
+                cert: self.certs.cert.clone(),
+                key: self.certs.key.clone(),
+                client_ca: None,
+            });
+        })
+        .await;
+        let mut conn = <sqlx::PgConnection as sqlx::Connection>::connect(&app.database_url)
+            .await
+            .expect("connect to the case's database");
+        sqlx::query("SELECT s3p.token_create('conformance', $1, ARRAY['admin'], '{}')")
+            .bind(pgvs3::core::access::token_hash(&self.token).as_slice())
+            .execute(&mut conn)
+            .await
+            .expect("store the admin token");
+        app
+    }
+}
+
+/// Accepts plain HTTP on a local port and carries each connection over TLS to `target`; the
+/// URL to send to and the task to abort afterwards.
+async fn tls_forwarder(
+    target: SocketAddr,
+    config: Arc<rustls::ClientConfig>,
+) -> (String, tokio::task::JoinHandle<()>) {
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0")
+        .await
+        .expect("bind the forwarder");
+    let url = format!(
+        "http://{}",
+        listener.local_addr().expect("forwarder address")
+    );
+    let task = tokio::spawn(async move {
+        while let Ok((mut inbound, _)) = listener.accept().await {
+            let connector = tokio_rustls::TlsConnector::from(config.clone());
+            tokio::spawn(async move {
+                let Ok(tcp) = tokio::net::TcpStream::connect(target).await else {
+                    return;
+                };
+                let name = ServerName::try_from("localhost").expect("server name");
+                let Ok(mut tls) = connector.connect(name, tcp).await else {
+                    return;
+                };
+                let _ = tokio::io::copy_bidirectional(&mut inbound, &mut tls).await;
+            });
+        }
+    });
+    (url, task)
+}
+
+async fn run_one(
+    dir: &Path,
+    rel_path: String,
+    client: &reqwest::Client,
+    secured: Option<&Secured>,
+) -> Report {
     let file = dir.join(&rel_path);
     let parsed = std::fs::read_to_string(&file)
         .map_err(|e| format!("cannot read {}: {e}", file.display()))
@@ -178,10 +279,28 @@ async fn run_one(dir: &Path, rel_path: String, client: &reqwest::Client) -> Repo
         );
     }
     let outcome = AssertUnwindSafe(async {
-        let app = common::spawn_app().await;
+        let (app, base, forwarder) = match secured {
+            None => {
+                let app = common::spawn_app().await;
+                let base = app.http_url.clone();
+                (app, base, None)
+            }
+            Some(secured) => {
+                let app = secured.spawn_app().await;
+                let target: SocketAddr = app
+                    .http_url
+                    .trim_start_matches("http://")
+                    .parse()
+                    .expect("server address");
+                let (base, task) = tls_forwarder(target, secured.client_tls.clone()).await;
+                (app, base, Some(task))
+            }
+        };
         let result =
-            tokio::time::timeout(CASE_TIMEOUT, runner::run_case(client, &app.http_url, &case))
-                .await;
+            tokio::time::timeout(CASE_TIMEOUT, runner::run_case(client, &base, &case)).await;
+        if let Some(task) = forwarder {
+            task.abort();
+        }
         drop(app);
         result.unwrap_or_else(|_| Err(format!("case timed out after {} s", CASE_TIMEOUT.as_secs())))
     })
@@ -251,25 +370,39 @@ async fn conformance() {
         dir.display()
     );
 
-    let client = reqwest::Client::builder()
-        .timeout(REQUEST_TIMEOUT)
-        .no_proxy()
-        .build()
-        .expect("building the HTTP client");
     let parallel = parallelism();
-    println!(
-        "conformance: {} case(s), levels {levels:?}, {parallel} at a time, from {}",
-        selected.len(),
-        dir.display()
-    );
-
+    let secured = Secured::new();
     let mut reports = Vec::new();
-    let mut running = stream::iter(selected)
-        .map(|rel| run_one(&dir, rel, &client))
-        .buffer_unordered(parallel);
-    while let Some(report) = running.next().await {
-        println!("{}", report.line);
-        reports.push(report);
+    // The plain pass, then the secured one (one after the other: the timing cases need the CPU).
+    for pass in [None, Some(&secured)] {
+        let label = if pass.is_some() { "secured" } else { "plain" };
+        let mut client = reqwest::Client::builder()
+            .timeout(REQUEST_TIMEOUT)
+            .no_proxy();
+        if let Some(secured) = pass {
+            let mut headers = reqwest::header::HeaderMap::new();
+            headers.insert(
+                reqwest::header::AUTHORIZATION,
+                format!("Bearer {}", secured.token)
+                    .parse()
+                    .expect("header value"),
+            );
+            client = client.default_headers(headers);
+        }
+        let client = client.build().expect("building the HTTP client");
+        println!(
+            "conformance ({label}): {} case(s), levels {levels:?}, {parallel} at a time, from {}",
+            selected.len(),
+            dir.display()
+        );
+        let mut running = stream::iter(selected.clone())
+            .map(|rel| run_one(&dir, rel, &client, pass))
+            .buffer_unordered(parallel);
+        while let Some(mut report) = running.next().await {
+            report.line = format!("[{label}] {}", report.line);
+            println!("{}", report.line);
+            reports.push(report);
+        }
     }
     reports.sort_by(|a, b| a.rel_path.cmp(&b.rel_path));
 
