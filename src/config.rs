@@ -74,6 +74,25 @@ pub enum TokenAction {
     },
 }
 
+/// The Content-Type of JSON answers over HTTP.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
+pub enum HttpContentType {
+    /// `application/openjobspec+json`, as the OJS HTTP binding says.
+    Openjobspec,
+    /// `application/json`, for clients that read no other (the official Python SDK).
+    Json,
+}
+
+impl HttpContentType {
+    /// The media type.
+    pub fn media_type(self) -> &'static str {
+        match self {
+            HttpContentType::Openjobspec => crate::http::OJS_MEDIA_TYPE,
+            HttpContentType::Json => "application/json",
+        }
+    }
+}
+
 /// Whether requests need a token.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
 pub enum AuthMode {
@@ -168,6 +187,10 @@ pub struct ServeArgs {
     /// Token authentication: default on, unless every listen address is loopback.
     #[arg(long, env = "PGVS3_AUTH", value_enum)]
     pub auth: Option<AuthMode>,
+    /// Content-Type of JSON answers: openjobspec (`application/openjobspec+json`) or json
+    /// (`application/json`, for clients that ignore other types).
+    #[arg(long, env = "PGVS3_HTTP_CONTENT_TYPE", value_enum, default_value_t = HttpContentType::Openjobspec)]
+    pub http_content_type: HttpContentType,
     /// Serve /metrics without a token (else it needs the reader role when auth is on).
     #[arg(long, env = "PGVS3_METRICS_OPEN")]
     pub metrics_open: bool,

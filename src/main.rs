@@ -264,6 +264,7 @@ async fn serve(args: ServeArgs) -> Result<(), String> {
         },
         auth,
         metrics_open: args.metrics_open,
+        json_media_type: args.http_content_type.media_type(),
     };
     let result = match server::start(settings).await {
         Ok(running) => {

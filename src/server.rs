@@ -45,6 +45,8 @@ pub struct ServerSettings {
     pub auth: bool,
     /// `/metrics` without a token when auth is on.
     pub metrics_open: bool,
+    /// The Content-Type of JSON answers over HTTP.
+    pub json_media_type: &'static str,
 }
 
 impl ServerSettings {
@@ -65,6 +67,7 @@ impl ServerSettings {
             service: ServiceSettings::default(),
             auth: false,
             metrics_open: false,
+            json_media_type: crate::http::OJS_MEDIA_TYPE,
         }
     }
 }
@@ -189,6 +192,7 @@ pub async fn start(settings: ServerSettings) -> Result<RunningServer, StartError
         settings.queue_max_in_flight,
         settings.max_body_bytes,
         auth,
+        settings.json_media_type,
     );
     // Streaming RPCs end when shutdown begins, so graceful shutdown does not wait on them.
     let (shutdown, _) = watch::channel(false);

@@ -165,7 +165,7 @@ fn grpc_flow(w: pb::Workflow) -> Flow {
         .map(|s| {
             let state = match pb::WorkflowStepState::try_from(s.state) {
                 Ok(pb::WorkflowStepState::Waiting) => "waiting",
-                Ok(pb::WorkflowStepState::Pending) => "enqueued",
+                Ok(pb::WorkflowStepState::Pending) => "pending",
                 Ok(pb::WorkflowStepState::Active) => "active",
                 Ok(pb::WorkflowStepState::Completed) => "completed",
                 Ok(pb::WorkflowStepState::Failed) => "failed",
@@ -759,12 +759,12 @@ fn expected_traces() -> Vec<(String, Vec<String>)> {
         (
             "chain".to_string(),
             owned(vec![
-                r#"created Flow { state: "running", steps: [("adv.step1", "enqueued"), ("adv.step2", "waiting")], steps_completed: 0 }"#,
+                r#"created Flow { state: "running", steps: [("adv.step1", "pending"), ("adv.step2", "waiting")], steps_completed: 0 }"#,
                 r#"fetched ["adv.step1"]"#,
                 "step 1 in the workflow true",
                 "step 1 parent_results None",
                 r#"ack step 1 Ok("completed")"#,
-                r#"after step 1 Flow { state: "running", steps: [("adv.step1", "completed"), ("adv.step2", "enqueued")], steps_completed: 1 }"#,
+                r#"after step 1 Flow { state: "running", steps: [("adv.step1", "completed"), ("adv.step2", "pending")], steps_completed: 1 }"#,
                 r#"fetched ["adv.step2"]"#,
                 "step 2 in the workflow true",
                 r#"step 2 parent_results [{"value":42}]"#,

@@ -394,7 +394,14 @@ async fn shutdown_ends_the_stream() {
     let (stop, stopped) = tokio::sync::watch::channel(false);
     let app = pgvs3::middleware::apply(
         pgvs3::http::router_until(service, stopped.clone()),
-        pgvs3::middleware::StackState::new(false, 16, 0, 1 << 20, None),
+        pgvs3::middleware::StackState::new(
+            false,
+            16,
+            0,
+            1 << 20,
+            None,
+            pgvs3::http::OJS_MEDIA_TYPE,
+        ),
     );
     let listener = tokio::net::TcpListener::bind("127.0.0.1:0")
         .await

@@ -854,7 +854,7 @@ async fn workflow_cancel_and_acks_take_locks_in_one_order() {
         assert!(
             steps
                 .iter()
-                .all(|s| s["state"] != "enqueued" && s["state"] != "waiting"),
+                .all(|s| s["state"] != "pending" && s["state"] != "waiting"),
             "{workflow}"
         );
     }

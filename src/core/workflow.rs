@@ -55,6 +55,63 @@ pub struct WorkflowStep {
     pub depends_on: Vec<i64>,
 }
 
+/// A step's state in the proto's `WorkflowStepState` terms, which both protocols speak (HTTP as
+/// lowercase names).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum StepState {
+    /// Waits for the steps it depends on.
+    Waiting,
+    /// Its job is enqueued (stored as `enqueued`).
+    Pending,
+    /// Its job completed.
+    Completed,
+    /// Its job failed for good.
+    Failed,
+    /// Cancelled with its workflow.
+    Cancelled,
+    /// A state this version does not know.
+    Unspecified,
+}
+
+impl StepState {
+    /// The lowercase name (`WORKFLOW_STEP_STATE_PENDING` is `pending`).
+    pub fn name(self) -> &'static str {
+        match self {
+            StepState::Waiting => "waiting",
+            StepState::Pending => "pending",
+            StepState::Completed => "completed",
+            StepState::Failed => "failed",
+            StepState::Cancelled => "cancelled",
+            StepState::Unspecified => "unspecified",
+        }
+    }
+}
+
+impl WorkflowStep {
+    /// The step's state in the proto's terms.
+    pub fn step_state(&self) -> StepState {
+        match self.state.as_str() {
+            "waiting" => StepState::Waiting,
+            "enqueued" => StepState::Pending,
+            "completed" => StepState::Completed,
+            "failed" => StepState::Failed,
+            "cancelled" => StepState::Cancelled,
+            _ => StepState::Unspecified,
+        }
+    }
+}
+
+impl Workflow {
+    /// The ids of the steps `step` waits for (stored as positions).
+    pub fn depends_on_ids(&self, step: &WorkflowStep) -> Vec<String> {
+        step.depends_on
+            .iter()
+            .filter_map(|d| usize::try_from(*d).ok())
+            .filter_map(|d| self.steps.get(d).map(|p| p.id.clone()))
+            .collect()
+    }
+}
+
 /// A workflow and its progress.
 #[derive(Debug, Clone, Deserialize, PartialEq)]
 pub struct Workflow {
@@ -125,6 +182,19 @@ pub struct CronEntry {
     pub last_job_id: Option<Uuid>,
     /// When registered.
     pub created_at: DateTime<Utc>,
+}
+
+impl CronEntry {
+    /// The job template with the options that were set (stored templates hold every option,
+    /// null when unset).
+    pub fn template(&self) -> serde_json::Map<String, Value> {
+        let mut template = self.job_template.as_object().cloned().unwrap_or_default();
+        if let Some(Value::Object(options)) = template.get_mut("options") {
+            options.retain(|_, v| !v.is_null());
+        }
+        template.retain(|_, v| !v.is_null());
+        template
+    }
 }
 
 fn check_step_name(name: &str) -> Result<(), CoreError> {

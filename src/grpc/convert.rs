@@ -7,7 +7,7 @@ use serde_json::{Map, Number, Value, json};
 use super::proto::ojs::v1 as pb;
 use crate::core::job::{Failure, JobOptions, RetryPolicy};
 use crate::core::time::{format_duration_ms, format_time};
-use crate::core::workflow::{CronEntry, NewStep, NewWorkflow, Workflow};
+use crate::core::workflow::{CronEntry, NewStep, NewWorkflow, StepState, Workflow};
 use crate::core::{CoreError, EnqueueJob, Job, JobState, WorkerDirective};
 
 /// JSON → protobuf Value.
@@ -431,13 +431,13 @@ pub fn workflow(w: &Workflow) -> pb::Workflow {
         "cancelled" => pb::WorkflowState::Cancelled,
         _ => pb::WorkflowState::Unspecified,
     };
-    let step_state = |s: &str| match s {
-        "waiting" => pb::WorkflowStepState::Waiting,
-        "enqueued" => pb::WorkflowStepState::Pending,
-        "completed" => pb::WorkflowStepState::Completed,
-        "failed" => pb::WorkflowStepState::Failed,
-        "cancelled" => pb::WorkflowStepState::Cancelled,
-        _ => pb::WorkflowStepState::Unspecified,
+    let step_state = |s: StepState| match s {
+        StepState::Waiting => pb::WorkflowStepState::Waiting,
+        StepState::Pending => pb::WorkflowStepState::Pending,
+        StepState::Completed => pb::WorkflowStepState::Completed,
+        StepState::Failed => pb::WorkflowStepState::Failed,
+        StepState::Cancelled => pb::WorkflowStepState::Cancelled,
+        StepState::Unspecified => pb::WorkflowStepState::Unspecified,
     };
     pb::Workflow {
         id: w.id.to_string(),
@@ -449,13 +449,9 @@ pub fn workflow(w: &Workflow) -> pb::Workflow {
             .map(|s| pb::WorkflowStepStatus {
                 id: s.id.clone(),
                 r#type: s.job_type.clone(),
-                state: step_state(&s.state) as i32,
+                state: step_state(s.step_state()) as i32,
                 job_id: s.job_id.to_string(),
-                depends_on: s
-                    .depends_on
-                    .iter()
-                    .filter_map(|d| w.steps.get(*d as usize).map(|p| p.id.clone()))
-                    .collect(),
+                depends_on: w.depends_on_ids(s),
             })
             .collect(),
         created_at: Some(timestamp(&w.created_at)),

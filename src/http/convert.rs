@@ -6,6 +6,8 @@ use crate::core::time::{format_duration_ms, format_time};
 use crate::core::workflow::{CronEntry, NewCron, NewStep, NewWorkflow, Workflow};
 use crate::core::{CoreError, EnqueueJob, Job, JobState, QueueConfigChanges};
 
+use serde_json::Value;
+
 use super::api::types;
 
 /// The retry policy as OJS echoes it, with ISO-8601 durations.
@@ -403,9 +405,9 @@ pub fn workflow(w: &Workflow) -> types::WorkflowView {
             .map(|s| types::WorkflowStepView {
                 id: s.id.clone(),
                 r#type: s.job_type.clone(),
-                state: s.state.clone(),
+                state: s.step_state().name().to_string(),
                 job_id: s.job_id.to_string(),
-                depends_on: s.depends_on.clone(),
+                depends_on: w.depends_on_ids(s),
             })
             .collect(),
     }
@@ -442,9 +444,19 @@ pub fn new_cron(body: types::CronRequest) -> Result<NewCron, CoreError> {
     })
 }
 
-/// A cron registration on the wire.
+/// A cron registration on the wire: the template's type, args, options and meta also at the top
+/// level, where the SDKs read them.
 pub fn cron(c: &CronEntry) -> types::CronEntry {
+    let template = c.template();
+    let object = |key: &str| template.get(key).and_then(Value::as_object).cloned();
     types::CronEntry {
+        r#type: template
+            .get("type")
+            .and_then(Value::as_str)
+            .map(str::to_string),
+        args: template.get("args").and_then(Value::as_array).cloned(),
+        options: object("options"),
+        meta: object("meta"),
         name: c.name.clone(),
         expression: c.expression.clone(),
         cron: c.expression.clone(),
@@ -454,7 +466,7 @@ pub fn cron(c: &CronEntry) -> types::CronEntry {
         next_run_at: c.next_run_at.as_ref().map(format_time),
         last_run_at: c.last_run_at.as_ref().map(format_time),
         created_at: format_time(&c.created_at),
-        job_template: c.job_template.as_object().cloned().unwrap_or_default(),
+        job_template: template.clone(),
     }
 }
 
@@ -524,5 +536,39 @@ pub fn token_info(
         queues: grant.queues.clone(),
         created_at: crate::core::time::format_time(&created_at),
         revoked_at: revoked_at.map(|t| crate::core::time::format_time(&t)),
+    }
+}
+
+/// The HTTP binding's `stats` object, from the conformance shape's counts.
+pub fn stats_summary(stats: &serde_json::Map<String, Value>) -> types::QueueStatsSummary {
+    let count = |key: &str| stats.get(key).and_then(Value::as_i64).unwrap_or(0);
+    let number = |key: &str| stats.get(key).and_then(Value::as_f64).unwrap_or(0.0);
+    types::QueueStatsSummary {
+        available: count("available"),
+        active: count("active"),
+        scheduled: count("scheduled"),
+        retryable: count("retryable"),
+        dead: count("dead_letters"),
+        completed_last_hour: count("completed_last_hour"),
+        failed_last_hour: count("failed_last_hour"),
+        avg_duration_ms: number("avg_duration_ms"),
+        avg_wait_ms: number("avg_wait_ms"),
+        throughput_per_second: number("throughput_per_second"),
+    }
+}
+
+/// Rewrites the `*_at` times PostgreSQL wrote into a JSON answer (`+00:00`, microseconds) in the
+/// one format every answer uses (RFC 3339 UTC with `Z`, as `format_time`).
+pub fn normalize_times(object: &mut serde_json::Map<String, Value>) {
+    for (key, value) in object.iter_mut() {
+        match value {
+            Value::Object(inner) => normalize_times(inner),
+            Value::String(text) if key.ends_with("_at") => {
+                if let Ok(time) = chrono::DateTime::parse_from_rfc3339(text) {
+                    *text = format_time(&time.with_timezone(&chrono::Utc));
+                }
+            }
+            _ => {}
+        }
     }
 }

@@ -514,6 +514,7 @@ impl api::HttpApi for HttpAdapter {
     ) -> Result<api::StreamInfoResponse, ApiError> {
         let info = self.service.stream_info(&q).await?;
         let mut extra = info.as_object().cloned().unwrap_or_default();
+        convert::normalize_times(&mut extra);
         extra.remove("queue");
         Ok(api::StreamInfoResponse::Ok(types::StreamInfo {
             queue: Some(q),
@@ -587,13 +588,18 @@ impl api::HttpApi for HttpAdapter {
         q: String,
     ) -> Result<api::QueueStatsResponse, ApiError> {
         let stats = self.service.queue_stats(&q).await?;
+        let computed_at = format_time(&chrono::Utc::now());
         let mut extra = stats.as_object().cloned().unwrap_or_default();
+        convert::normalize_times(&mut extra);
         let paused = extra
             .remove("paused")
             .and_then(|p| p.as_bool())
             .unwrap_or(false);
         extra.remove("name");
         Ok(api::QueueStatsResponse::Ok(types::QueueStatsEnvelope {
+            status: if paused { "paused" } else { "active" }.to_string(),
+            stats: convert::stats_summary(&extra),
+            computed_at,
             queue: types::QueueStats {
                 name: q,
                 paused,

@@ -1,18 +1,27 @@
-//! OJS protocol headers on HTTP: `OJS-Version` on every response, and refusal of other versions.
+//! OJS protocol headers on HTTP: `OJS-Version` on every response, refusal of other versions, and
+//! the Content-Type of JSON answers (`application/openjobspec+json`, or `application/json` for
+//! clients that read no other, with `--http-content-type json`).
 
-use axum::extract::Request;
+use std::sync::Arc;
+
+use axum::extract::{Request, State};
 use axum::middleware::Next;
 use axum::response::Response;
 use http::HeaderValue;
 
-use super::{Operation, Protocol, RequestId, reject};
+use super::{Operation, Protocol, RequestId, StackState, reject};
 use crate::core::{CoreError, ErrorKind};
+use crate::http::OJS_MEDIA_TYPE;
 
 /// The OJS version spoken.
 pub const OJS_VERSION: &str = "1.0";
 
-/// Checks a client's `OJS-Version` and stamps ours on HTTP responses.
-pub async fn ojs_headers(request: Request, next: Next) -> Response {
+/// Checks a client's `OJS-Version`, stamps ours on HTTP responses and sets their JSON media type.
+pub async fn ojs_headers(
+    State(state): State<Arc<StackState>>,
+    request: Request,
+    next: Next,
+) -> Response {
     let http = request
         .extensions()
         .get::<Operation>()
@@ -42,8 +51,17 @@ pub async fn ojs_headers(request: Request, next: Next) -> Response {
         }
         _ => next.run(request).await,
     };
-    response
-        .headers_mut()
-        .insert("ojs-version", HeaderValue::from_static(OJS_VERSION));
+    let headers = response.headers_mut();
+    headers.insert("ojs-version", HeaderValue::from_static(OJS_VERSION));
+    if state.json_media_type != OJS_MEDIA_TYPE
+        && headers
+            .get(http::header::CONTENT_TYPE)
+            .is_some_and(|ct| ct.as_bytes() == OJS_MEDIA_TYPE.as_bytes())
+    {
+        headers.insert(
+            http::header::CONTENT_TYPE,
+            HeaderValue::from_static(state.json_media_type),
+        );
+    }
     response
 }

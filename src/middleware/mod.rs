@@ -43,17 +43,21 @@ pub struct StackState {
     pub metrics: RequestMetrics,
     /// Token checking; `None` serves everyone (`--auth off`).
     pub auth: Option<Auth>,
+    /// The Content-Type of JSON answers over HTTP (`--http-content-type`).
+    pub json_media_type: &'static str,
 }
 
 impl StackState {
     /// A stack allowing `max_in_flight` requests at once (`queue_max_in_flight` per queue, 0 = no
-    /// per-queue limit) and bodies up to `max_body_bytes`, checking tokens with `auth`.
+    /// per-queue limit) and bodies up to `max_body_bytes`, checking tokens with `auth`, answering
+    /// JSON as `json_media_type`.
     pub fn new(
         read_only: bool,
         max_in_flight: usize,
         queue_max_in_flight: usize,
         max_body_bytes: usize,
         auth: Option<Auth>,
+        json_media_type: &'static str,
     ) -> Arc<Self> {
         Arc::new(StackState {
             read_only: AtomicBool::new(read_only),
@@ -62,6 +66,7 @@ impl StackState {
             max_body_bytes,
             metrics: RequestMetrics::default(),
             auth,
+            json_media_type,
         })
     }
 
@@ -82,7 +87,7 @@ pub fn apply(router: axum::Router, state: Arc<StackState>) -> axum::Router {
         .layer(from_fn_with_state(state.clone(), read_only::gate))
         .layer(from_fn_with_state(state.clone(), auth::authorize))
         .layer(from_fn_with_state(state.clone(), body_limit::limit))
-        .layer(axum::middleware::from_fn(headers::ojs_headers))
+        .layer(from_fn_with_state(state.clone(), headers::ojs_headers))
         .layer(from_fn_with_state(state.clone(), observe::observe))
         .layer(axum::middleware::from_fn(operation::classify_request))
         .layer(
