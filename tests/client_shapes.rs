@@ -111,7 +111,9 @@ async fn cron_entries_carry_the_job_at_the_top_level_with_only_the_options_set()
         assert_eq!(entry["meta"], json!({"team": "data"}));
         assert_eq!(entry["options"]["queue"], "reports");
         assert_eq!(entry["options"]["priority"], 5);
-        let options = entry["job_template"]["options"].as_object().expect("options");
+        let options = entry["job_template"]["options"]
+            .as_object()
+            .expect("options");
         assert!(
             options.values().all(|v| !v.is_null()),
             "unset options are left out: {options:?}"
@@ -152,7 +154,9 @@ async fn queue_stats_also_answer_in_the_binding_shape_with_utc_times() {
     ] {
         assert!(stats["stats"][field].is_number(), "{field}: {stats}");
     }
-    assert!(is_utc_z(stats["computed_at"].as_str().expect("computed_at")));
+    assert!(is_utc_z(
+        stats["computed_at"].as_str().expect("computed_at")
+    ));
     // The conformance shape beside it, its times in the same format.
     assert_eq!(stats["queue"]["name"], "shapes");
     assert_eq!(stats["queue"]["available"], 2);

@@ -103,19 +103,26 @@ impl Grant {
     }
 }
 
-/// Checks the roles and queue patterns of a token about to be created.
-pub fn validate_grant(name: &str, roles: &[String], queues: &[String]) -> Result<Grant, CoreError> {
-    let name_ok = !name.is_empty()
+/// `validation_error` unless `name` is 1-100 letters, digits, '-', '_' and '.'.
+fn check_token_name(name: &str) -> Result<(), CoreError> {
+    let ok = !name.is_empty()
         && name.len() <= 100
         && name
             .bytes()
             .all(|b| b.is_ascii_alphanumeric() || b"-_.".contains(&b));
-    if !name_ok {
-        return Err(CoreError::validation(
+    if ok {
+        Ok(())
+    } else {
+        Err(CoreError::validation(
             "name",
             "a token name is 1-100 characters of letters, digits, '-', '_' and '.'",
-        ));
+        ))
     }
+}
+
+/// Checks the roles and queue patterns of a token about to be created.
+pub fn validate_grant(name: &str, roles: &[String], queues: &[String]) -> Result<Grant, CoreError> {
+    check_token_name(name)?;
     if roles.is_empty() {
         return Err(CoreError::validation(
             "roles",
@@ -214,6 +221,7 @@ impl Service {
 
     /// Revokes the live token `name`; `not_found` when there is none.
     pub async fn revoke_token(&self, name: &str) -> Result<(), CoreError> {
+        check_token_name(name)?;
         if self.store.revoke_token(name).await? {
             Ok(())
         } else {
