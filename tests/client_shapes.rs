@@ -146,6 +146,7 @@ async fn queue_stats_also_answer_in_the_binding_shape_with_utc_times() {
         "scheduled",
         "retryable",
         "dead",
+        "discarded",
         "completed_last_hour",
         "failed_last_hour",
         "avg_duration_ms",

@@ -549,6 +549,7 @@ pub fn stats_summary(stats: &serde_json::Map<String, Value>) -> types::QueueStat
         scheduled: count("scheduled"),
         retryable: count("retryable"),
         dead: count("dead_letters"),
+        discarded: count("discarded"),
         completed_last_hour: count("completed_last_hour"),
         failed_last_hour: count("failed_last_hour"),
         avg_duration_ms: number("avg_duration_ms"),
