@@ -14,6 +14,9 @@
 //!
 //! Like the global permit, the queue permits live in the request's `AdmissionSlot`: held until
 //! the response's last frame is produced, and given back when an operation goes idle (a long poll).
+//!
+//! The same queue list is where a token's queue scope is checked (`forbidden` naming the first
+//! queue outside it), before any permit is taken; bodies are read for it even with limits off.
 
 use std::collections::{BTreeSet, HashMap};
 use std::pin::Pin;
