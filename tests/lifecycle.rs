@@ -695,16 +695,26 @@ async fn a_queue_whose_maintenance_fails_does_not_stop_the_others() {
         "the expired lease of the later queue was released"
     );
     assert_eq!(orphans, 0_i64, "the shared step ran");
-    let metrics = http
-        .get(format!("{}/metrics", app.http_url))
-        .send()
-        .await
-        .expect("metrics")
-        .text()
-        .await
-        .expect("metrics text");
+    // A pass counts its failed steps when it ends, which may be after the later queue's release
+    // is visible: scrape until the count shows (or give up after 10 s).
+    let broken_line = "pgvs3_maintenance_failures_total{step=\"queue\",queue=\"broken\"}";
+    let mut metrics = String::new();
+    for _ in 0..100 {
+        metrics = http
+            .get(format!("{}/metrics", app.http_url))
+            .send()
+            .await
+            .expect("metrics")
+            .text()
+            .await
+            .expect("metrics text");
+        if metrics.contains(broken_line) {
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
     assert!(
-        metrics.contains("pgvs3_maintenance_failures_total{step=\"queue\",queue=\"broken\"}"),
+        metrics.contains(broken_line),
         "{}",
         metrics
             .lines()
