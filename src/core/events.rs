@@ -83,10 +83,13 @@ pub struct EventPage {
     pub has_more: bool,
 }
 
-/// How long a page waits for events held behind a transaction still in progress.
-const TAIL_WAIT: std::time::Duration = std::time::Duration::from_millis(1000);
-/// How often it looks again meanwhile.
+/// How long a page waits for events held behind a transaction still in progress. A maintenance
+/// step on a loaded machine can hold a fresh event back for over a second (seen in CI with 1 s).
+const TAIL_WAIT: std::time::Duration = std::time::Duration::from_millis(5000);
+/// How soon it looks again meanwhile (first); the pause doubles up to `TAIL_POLL_MAX`.
 const TAIL_POLL: std::time::Duration = std::time::Duration::from_millis(5);
+/// The longest pause between looks.
+const TAIL_POLL_MAX: std::time::Duration = std::time::Duration::from_millis(100);
 
 /// The position a cursor names: absent or empty is the start of the log.
 pub fn parse_cursor(after: Option<&str>) -> Result<Cursor, CoreError> {
@@ -129,6 +132,7 @@ impl Service {
         // A page stops at the horizon (see s3p.events_horizon); when events wait behind it, the
         // tail is usually a commit away: wait a moment for it rather than answer short.
         let deadline = tokio::time::Instant::now() + TAIL_WAIT;
+        let mut pause = TAIL_POLL;
         let events = loop {
             let events = self
                 .store
@@ -147,7 +151,8 @@ impl Service {
             {
                 break events;
             }
-            tokio::time::sleep(TAIL_POLL).await;
+            tokio::time::sleep(pause).await;
+            pause = (pause * 2).min(TAIL_POLL_MAX);
         };
         let cursor = events.last().map_or(after, Event::cursor).to_string();
         Ok(EventPage {
