@@ -9,11 +9,10 @@ mod common;
 use std::process::Command;
 use std::time::{Duration, Instant};
 
+use common::raw::Raw;
 use pgvs3::core::{Grant, Role};
 use pgvs3::grpc::GRPC_OPERATIONS;
 use pgvs3::http::api::HTTP_OPERATIONS;
-use prost::Message;
-use prost::bytes::{Buf, BufMut};
 use serde_json::{Value, json};
 use tonic::Code;
 
@@ -144,34 +143,6 @@ async fn http_outcome(
         _ => Expected::Allowed,
     };
     (outcome, format!("{status} {body}"))
-}
-
-/// A request already encoded in protobuf's wire format (empty here: every field default).
-#[derive(Debug, Clone, Default, PartialEq)]
-struct Raw(Vec<u8>);
-
-impl Message for Raw {
-    fn encode_raw(&self, buf: &mut impl BufMut) {
-        buf.put_slice(&self.0);
-    }
-
-    fn merge_field(
-        &mut self,
-        tag: u32,
-        wire_type: prost::encoding::WireType,
-        buf: &mut impl Buf,
-        ctx: prost::encoding::DecodeContext,
-    ) -> Result<(), prost::DecodeError> {
-        prost::encoding::skip_field(wire_type, tag, buf, ctx)
-    }
-
-    fn encoded_len(&self) -> usize {
-        self.0.len()
-    }
-
-    fn clear(&mut self) {
-        self.0.clear();
-    }
 }
 
 /// Calls `path` with an empty message; the status code (`Ok` for any answer or a stream still

@@ -12,39 +12,12 @@ mod common;
 use std::collections::HashMap;
 use std::time::Duration;
 
+use common::raw::Raw;
 use prost::Message;
-use prost::bytes::{Buf, BufMut};
+use prost::bytes::BufMut;
 use prost_types::field_descriptor_proto::{Label, Type};
 use prost_types::{DescriptorProto, FileDescriptorSet};
 use tonic::Code;
-
-/// A request already encoded in protobuf's wire format.
-#[derive(Debug, Clone, Default, PartialEq)]
-struct Raw(Vec<u8>);
-
-impl Message for Raw {
-    fn encode_raw(&self, buf: &mut impl BufMut) {
-        buf.put_slice(&self.0);
-    }
-
-    fn merge_field(
-        &mut self,
-        tag: u32,
-        wire_type: prost::encoding::WireType,
-        buf: &mut impl Buf,
-        ctx: prost::encoding::DecodeContext,
-    ) -> Result<(), prost::DecodeError> {
-        prost::encoding::skip_field(wire_type, tag, buf, ctx)
-    }
-
-    fn encoded_len(&self) -> usize {
-        self.0.len()
-    }
-
-    fn clear(&mut self) {
-        self.0.clear();
-    }
-}
 
 /// Any answer; its content does not matter here.
 #[derive(Clone, PartialEq, Message)]

@@ -3,6 +3,7 @@
 #![allow(dead_code)]
 
 pub mod certs;
+pub mod raw;
 
 use std::path::PathBuf;
 use std::sync::{Mutex, OnceLock};
