@@ -14,3 +14,4 @@ pub mod server;
 pub mod store;
 pub mod telemetry;
 pub mod tls;
+pub mod ui;

@@ -205,10 +205,12 @@ pub async fn start(settings: ServerSettings) -> Result<RunningServer, StartError
         service: service.clone(),
         stack: stack.clone(),
     });
+    let ui = crate::ui::router(service.clone(), stack.clone(), shutdown.subscribe());
     let app = middleware::apply(
         crate::http::router_until(service.clone(), shutdown.subscribe())
             .merge(grpc.clone())
-            .merge(metrics),
+            .merge(metrics)
+            .merge(ui),
         stack.clone(),
     );
 

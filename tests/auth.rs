@@ -6,50 +6,15 @@
 
 mod common;
 
-use std::process::Command;
 use std::time::{Duration, Instant};
 
 use common::raw::Raw;
+use common::tokens::{cli, create_token};
 use pgvs3::core::{Grant, Role};
 use pgvs3::grpc::GRPC_OPERATIONS;
 use pgvs3::http::api::HTTP_OPERATIONS;
 use serde_json::{Value, json};
 use tonic::Code;
-
-/// Runs `pgvs3 token ...` against `database_url`; its stdout.
-fn cli(database_url: &str, args: &[&str]) -> String {
-    let output = Command::new(env!("CARGO_BIN_EXE_pgvs3"))
-        .arg("token")
-        .args(args)
-        .args(["--database-url", database_url])
-        .env("NO_COLOR", "1")
-        .output()
-        .expect("run pgvs3 token");
-    assert!(
-        output.status.success(),
-        "pgvs3 token {args:?}: {}",
-        String::from_utf8_lossy(&output.stderr)
-    );
-    String::from_utf8(output.stdout).expect("utf-8")
-}
-
-/// Creates a token with the CLI; the token printed on stdout.
-fn create_token(database_url: &str, name: &str, roles: &[&str], queues: Option<&str>) -> String {
-    let mut args = vec!["create", "--name", name];
-    for role in roles {
-        args.extend(["--role", role]);
-    }
-    if let Some(queues) = queues {
-        args.extend(["--queues", queues]);
-    }
-    let out = cli(database_url, &args);
-    let token = out.trim().to_string();
-    assert!(
-        token.starts_with("pgvs3_") && !token.contains('\n'),
-        "{out}"
-    );
-    token
-}
 
 /// Who calls: a name, the token sent (if any), and the grant it stands for (if live).
 struct Caller {

@@ -22,7 +22,7 @@ use tokio::sync::watch;
 
 use crate::core::push::Shutdown;
 use crate::core::{CoreError, ErrorKind, Service};
-pub use error::ApiError;
+pub use error::{ApiError, status_of};
 pub use extract::{OjsJson, OjsPath, OjsQuery, OptionalOjsJson, RequestContext, header_param};
 pub use handlers::HttpAdapter;
 pub use sse::{ERROR_EVENT, EventStream, KEEPALIVE_COMMENT, accepts_event_stream, event_stream};

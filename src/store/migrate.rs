@@ -28,6 +28,7 @@ const MIGRATIONS: &[Migration] = &[
         include_str!("../../sql/008_event_mirror.sql"),
     ),
     Migration(9, "tokens", include_str!("../../sql/009_tokens.sql")),
+    Migration(10, "dashboard", include_str!("../../sql/010_dashboard.sql")),
 ];
 
 /// One migration: version, name, SQL.

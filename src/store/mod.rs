@@ -723,6 +723,51 @@ impl Store {
         Ok((jobs(rows)?, total))
     }
 
+    /// `s3p.jobs_page`: a queue's jobs in one state (or all), newest first.
+    #[tracing::instrument(name = "db", skip_all, fields(op = "jobs_page"))]
+    pub async fn jobs_page(
+        &self,
+        queue: &str,
+        state: Option<&str>,
+        after: Option<Uuid>,
+        limit: i32,
+    ) -> Result<Vec<Job>, CoreError> {
+        let rows = sqlx::query_as("SELECT * FROM s3p.jobs_page($1, $2, $3, $4)")
+            .bind(queue)
+            .bind(state)
+            .bind(after)
+            .bind(limit)
+            .fetch_all(&self.pool)
+            .await
+            .map_err(map_db_error)?;
+        jobs(rows)
+    }
+
+    /// `s3p.job_events`: the retained events of one job, oldest first.
+    #[tracing::instrument(name = "db", skip_all, fields(op = "job_events"))]
+    pub async fn job_events(
+        &self,
+        id: Uuid,
+        limit: i32,
+    ) -> Result<Vec<crate::core::events::Event>, CoreError> {
+        sqlx::query_as("SELECT * FROM s3p.job_events($1, $2)")
+            .bind(id)
+            .bind(limit)
+            .fetch_all(&self.pool)
+            .await
+            .map_err(map_db_error)
+    }
+
+    /// `s3p.workflows_page`: the newest workflows with their progress.
+    #[tracing::instrument(name = "db", skip_all, fields(op = "workflows_page"))]
+    pub async fn workflows_page(&self, limit: i32) -> Result<Value, CoreError> {
+        sqlx::query_scalar("SELECT s3p.workflows_page($1)")
+            .bind(limit)
+            .fetch_one(&self.pool)
+            .await
+            .map_err(map_db_error)
+    }
+
     /// `s3p.retry_dead_letter`.
     #[tracing::instrument(name = "db", skip_all, fields(op = "retry_dead_letter"))]
     pub async fn retry_dead_letter(&self, id: Uuid) -> Result<Job, CoreError> {

@@ -4,6 +4,8 @@
 
 pub mod certs;
 pub mod raw;
+pub mod tokens;
+pub mod webdriver;
 
 use std::path::PathBuf;
 use std::sync::{Mutex, OnceLock};

@@ -1,0 +1,50 @@
+-- Reads of the dashboard (/ui) that the API has no operation for: a queue's jobs in one state,
+-- a job's retained events, and the newest workflows. Each is a bounded page.
+
+-- Up to `page_size` jobs of a queue in `state` (every state when NULL), newest first, after the
+-- job `after_id` of the previous page when given. No index serves the state filter (one would cost every transition),
+-- so a page scans the queue's jobs newest first until it has filled.
+CREATE OR REPLACE FUNCTION s3p.jobs_page(queue text, state text, after_id uuid, page_size int)
+RETURNS SETOF s3p.job
+LANGUAGE plpgsql STABLE AS $$
+DECLARE
+    found_schema text := s3p.queue_schema(queue);
+BEGIN
+    IF found_schema IS NULL THEN
+        RAISE EXCEPTION 'queue % not found', queue USING ERRCODE = 'PV404';
+    END IF;
+    RETURN QUERY EXECUTE format(
+        'SELECT * FROM %1$I.jobs j WHERE ($1 IS NULL OR j.state = $1) AND ($2 IS NULL OR j.seq < (SELECT p.seq FROM %1$I.jobs p WHERE p.id = $2))
+          ORDER BY j.seq DESC LIMIT $3', found_schema)
+        USING state, after_id, page_size;
+END
+$$;
+
+-- The retained lifecycle events of one job, oldest first, at most `page_size`. The log has no
+-- job index (the trim and every transition would pay for it): this scans the retained log.
+CREATE OR REPLACE FUNCTION s3p.job_events(wanted uuid, page_size int)
+RETURNS TABLE (txid bigint, seq bigint, id uuid, type text, job_id uuid, queue text, job_type text,
+               data jsonb, "time" timestamptz)
+LANGUAGE sql STABLE AS $$
+    SELECT e.txid::text::bigint, e.seq, e.id, e.type, e.job_id, e.queue, e.job_type, s3p.event_row_data(e), e.time
+      FROM s3p.events e
+     WHERE e.job_id = wanted
+     ORDER BY e.txid, e.seq
+     LIMIT page_size
+$$;
+
+-- The newest `page_size` workflows with their progress, newest first.
+CREATE OR REPLACE FUNCTION s3p.workflows_page(page_size int) RETURNS jsonb
+LANGUAGE sql STABLE AS $$
+    SELECT coalesce(jsonb_agg(w.view ORDER BY w.created_at DESC, w.id), '[]')
+      FROM (SELECT w.id, w.created_at,
+                   jsonb_build_object(
+                       'id', w.id, 'name', w.name, 'type', w.type, 'state', w.state,
+                       'created_at', w.created_at,
+                       'steps_total', (SELECT count(*) FROM s3p.workflow_steps s WHERE s.workflow_id = w.id),
+                       'steps_completed', (SELECT count(*) FROM s3p.workflow_steps s
+                                            WHERE s.workflow_id = w.id AND s.state = 'completed')) AS view
+              FROM s3p.workflows w
+             ORDER BY w.created_at DESC, w.id
+             LIMIT page_size) w
+$$;

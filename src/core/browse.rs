@@ -1,0 +1,76 @@
+//! Reads for looking around (the dashboard): a queue's jobs by state, a job's retained events
+//! and the newest workflows. Each is a bounded page; none has an API operation of its own.
+
+use serde_json::Value;
+
+use super::events::Event;
+use super::job::JobState;
+use super::validate::{check_queue_name, parse_job_id};
+use super::{CoreError, Job, Service};
+
+/// The most jobs, events or workflows one page holds.
+pub const MAX_PAGE: i64 = 200;
+
+/// The job states a listing may filter by (the stored states).
+pub const JOB_STATES: [JobState; 8] = [
+    JobState::Available,
+    JobState::Scheduled,
+    JobState::Pending,
+    JobState::Active,
+    JobState::Retryable,
+    JobState::Completed,
+    JobState::Cancelled,
+    JobState::Discarded,
+];
+
+fn check_limit(limit: i64) -> Result<i32, CoreError> {
+    if (1..=MAX_PAGE).contains(&limit) {
+        Ok(limit as i32)
+    } else {
+        Err(CoreError::invalid(format!(
+            "limit must be between 1 and {MAX_PAGE}, not {limit}"
+        ))
+        .with_detail("field", "limit".into()))
+    }
+}
+
+impl Service {
+    /// Up to `limit` jobs of a queue in `state` (all states when `None`), newest first, after
+    /// the job `after` (the last of the previous page).
+    pub async fn list_jobs(
+        &self,
+        queue: &str,
+        state: Option<&str>,
+        after: Option<&str>,
+        limit: i64,
+    ) -> Result<Vec<Job>, CoreError> {
+        check_queue_name(queue)?;
+        if let Some(state) = state
+            && !JOB_STATES.iter().any(|s| s.as_str() == state)
+        {
+            return Err(
+                CoreError::invalid(format!("state {state:?} is not a job state"))
+                    .with_detail("field", "state".into()),
+            );
+        }
+        let after = after.map(parse_job_id).transpose()?;
+        self.store
+            .jobs_page(queue, state, after, check_limit(limit)?)
+            .await
+    }
+
+    /// The lifecycle events the log still holds for a job, oldest first.
+    pub async fn job_events(&self, id: &str, limit: i64) -> Result<Vec<Event>, CoreError> {
+        let id = parse_job_id(id)?;
+        self.store.job_events(id, check_limit(limit)?).await
+    }
+
+    /// The newest `limit` workflows with their step counts.
+    pub async fn list_workflows(&self, limit: i64) -> Result<Vec<Value>, CoreError> {
+        let page = self.store.workflows_page(check_limit(limit)?).await?;
+        Ok(match page {
+            Value::Array(items) => items,
+            _ => Vec::new(),
+        })
+    }
+}
