@@ -2,7 +2,8 @@
 //! steps (`depends_on` as step ids, states by the proto's names on both protocols), cron entries
 //! (type, args, options and meta at the top level; only options that were set), queue stats in
 //! the HTTP binding's shape beside the conformance shape, one timestamp format, and
-//! `--http-content-type json` for clients that read no other media type.
+//! `--http-content-type json` for clients that read no other media type; a heartbeat naming only
+//! its worker (the JS SDK's gRPC transport) keeps every lease that worker holds.
 
 mod common;
 
@@ -210,4 +211,82 @@ async fn json_content_type_is_a_switch() {
     assert!(error["error"]["code"].is_string(), "{error}");
     json_app.stop().await;
     plain.stop().await;
+}
+
+/// Enqueues one job on `queue` and claims it for `worker` with a 500 ms lease; its id.
+async fn claim_short(app: &common::TestApp, queue: &str, worker: &str) -> String {
+    let (status, _, _) = call(
+        reqwest::Method::POST,
+        format!("{}/ojs/v1/jobs", app.http_url),
+        Some(json!({"type": "long.job", "args": [], "options": {"queue": queue}})),
+    )
+    .await;
+    assert_eq!(status, 201);
+    let (status, fetched, _) = call(
+        reqwest::Method::POST,
+        format!("{}/ojs/v1/workers/fetch", app.http_url),
+        Some(json!({"queues": [queue], "worker_id": worker, "visibility_timeout_ms": 500})),
+    )
+    .await;
+    assert_eq!(status, 200, "{fetched}");
+    fetched["jobs"][0]["id"]
+        .as_str()
+        .expect("claimed")
+        .to_string()
+}
+
+#[tokio::test]
+async fn a_heartbeat_naming_only_its_worker_keeps_every_lease_it_holds() {
+    let app = common::spawn_app().await;
+    let started = tokio::time::Instant::now();
+    let js = claim_short(&app, "render", "w-js").await;
+    let js_other_queue = claim_short(&app, "thumbs", "w-js").await;
+    let http = claim_short(&app, "render", "w-http").await;
+    let stranger = claim_short(&app, "render", "w-stranger").await;
+
+    // The JS gRPC transport: the worker id alone, no job, no lease length.
+    let mut grpc = app.grpc().await;
+    let answer = grpc
+        .heartbeat(pb::HeartbeatRequest {
+            worker_id: "w-js".into(),
+            ..Default::default()
+        })
+        .await
+        .expect("heartbeat")
+        .into_inner();
+    let mut extended = answer.jobs_extended.clone();
+    extended.sort();
+    let mut expected = vec![js.clone(), js_other_queue.clone()];
+    expected.sort();
+    assert_eq!(extended, expected, "both of its jobs, in both queues");
+    // Over HTTP the same: `{"worker_id"}` alone.
+    let (status, beat, _) = call(
+        reqwest::Method::POST,
+        format!("{}/ojs/v1/workers/heartbeat", app.http_url),
+        Some(json!({"worker_id": "w-http"})),
+    )
+    .await;
+    assert_eq!(status, 200, "{beat}");
+    assert_eq!(beat["jobs_extended"], json!([http]));
+
+    // Past the 500 ms leases: the extended jobs are still held, the stranger's is not.
+    tokio::time::sleep_until(started + std::time::Duration::from_millis(1200)).await;
+    let state = async |id: &str| {
+        let (_, job, _) = call(
+            reqwest::Method::GET,
+            format!("{}/ojs/v1/jobs/{id}", app.http_url),
+            None,
+        )
+        .await;
+        job["job"]["state"].as_str().unwrap_or_default().to_string()
+    };
+    for id in [&js, &js_other_queue, &http] {
+        assert_eq!(state(id).await, "active", "{id} kept its lease");
+    }
+    assert_eq!(
+        state(&stranger).await,
+        "available",
+        "no heartbeat, lease expired"
+    );
+    app.stop().await;
 }

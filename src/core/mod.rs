@@ -459,8 +459,9 @@ impl Service {
         self.store.nack(id, token, &failure, request.requeue).await
     }
 
-    /// Extends the leases of a worker's jobs and tells it what to do. A job whose meta carries
-    /// `test_directive` (`quiet`/`terminate`, the OJS conformance hook) sets the directive.
+    /// Extends the leases of a worker's jobs (those named, or all it holds when none is) and
+    /// tells it what to do. A job whose meta carries `test_directive` (`quiet`/`terminate`, the
+    /// OJS conformance hook) sets the directive.
     pub async fn heartbeat(&self, request: Heartbeat) -> Result<HeartbeatOutcome, CoreError> {
         if request.worker_id.is_empty() {
             return Err(CoreError::invalid("worker_id is required")
@@ -480,8 +481,18 @@ impl Service {
             request.visibility_timeout_ms,
             |ms| CoreError::invalid(format!("visibility_timeout_ms must be positive, not {ms}")),
         )?;
+        // A heartbeat naming no job speaks for every job the worker holds.
         let extended = if ids.is_empty() {
-            Vec::new()
+            if token.is_some() {
+                return Err(CoreError::invalid("lease_token applies to a single job_id"));
+            }
+            self.store
+                .heartbeat_worker(
+                    &request.worker_id,
+                    request.visibility_timeout_ms,
+                    self.settings.default_visibility_timeout_ms,
+                )
+                .await?
         } else {
             self.store
                 .heartbeat(

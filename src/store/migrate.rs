@@ -29,6 +29,11 @@ const MIGRATIONS: &[Migration] = &[
     ),
     Migration(9, "tokens", include_str!("../../sql/009_tokens.sql")),
     Migration(10, "dashboard", include_str!("../../sql/010_dashboard.sql")),
+    Migration(
+        11,
+        "worker_heartbeat",
+        include_str!("../../sql/011_worker_heartbeat.sql"),
+    ),
 ];
 
 /// One migration: version, name, SQL.

@@ -685,6 +685,25 @@ impl Store {
         .map_err(map_db_error)
     }
 
+    /// `s3p.heartbeat_worker`: extends every lease `worker` holds.
+    #[tracing::instrument(name = "db", skip_all, fields(op = "heartbeat_worker"))]
+    pub async fn heartbeat_worker(
+        &self,
+        worker: &str,
+        visibility_ms: Option<i64>,
+        default_visibility_ms: i64,
+    ) -> Result<Vec<ExtendedLease>, CoreError> {
+        sqlx::query_as(
+            "SELECT id, directive, lease_expires_at FROM s3p.heartbeat_worker($1, $2, $3)",
+        )
+        .bind(worker)
+        .bind(visibility_ms)
+        .bind(default_visibility_ms)
+        .fetch_all(&self.pool)
+        .await
+        .map_err(map_db_error)
+    }
+
     /// `s3p.activate`.
     #[tracing::instrument(name = "db", skip_all, fields(op = "activate"))]
     pub async fn activate(&self, id: Uuid) -> Result<Job, CoreError> {

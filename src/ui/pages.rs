@@ -397,9 +397,10 @@ pub async fn cancel_job(
 ) -> Response {
     let done = async {
         let id = path(id)?;
+        // The role first, so that a caller without it learns nothing about the job.
+        ui.allow_action(&headers, "cancelJob", None).await?;
         let job = ui.service.get_job(&id).await?;
-        ui.allow_action(&headers, "cancelJob", Some(&job.queue))
-            .await?;
+        ui.allow(&headers, "cancelJob", Some(&job.queue)).await?;
         ui.service.cancel_job(&id).await?;
         Ok(format!("/ui/jobs/{}", job.id))
     }
@@ -415,8 +416,10 @@ pub async fn retry_dead_letter(
 ) -> Response {
     let done = async {
         let id = path(id)?;
+        // The role first, so that a caller without it learns nothing about the job.
+        ui.allow_action(&headers, "retryDeadLetter", None).await?;
         let job = ui.service.get_job(&id).await?;
-        ui.allow_action(&headers, "retryDeadLetter", Some(&job.queue))
+        ui.allow(&headers, "retryDeadLetter", Some(&job.queue))
             .await?;
         ui.service.retry_dead_letter(&id).await?;
         Ok("/ui/dead-letters".to_string())
@@ -433,8 +436,10 @@ pub async fn delete_dead_letter(
 ) -> Response {
     let done = async {
         let id = path(id)?;
+        // The role first, so that a caller without it learns nothing about the job.
+        ui.allow_action(&headers, "deleteDeadLetter", None).await?;
         let job = ui.service.get_job(&id).await?;
-        ui.allow_action(&headers, "deleteDeadLetter", Some(&job.queue))
+        ui.allow(&headers, "deleteDeadLetter", Some(&job.queue))
             .await?;
         ui.service.delete_dead_letter(&id).await?;
         Ok("/ui/dead-letters".to_string())
