@@ -1,7 +1,7 @@
 //! `GET /metrics` in the OpenMetrics text format, encoded by `prometheus-client`: requests by
-//! operation, protocol and status with latency histograms (from the middleware), jobs by queue
-//! and state, stream sizes, consumer lag and dead letters (one SQL call), maintenance totals and
-//! database pool use.
+//! operation, protocol and status with latency histograms (from the middleware), job wait and
+//! run time histograms by queue, jobs by queue and state, stream sizes, consumer lag and dead
+//! letters (one SQL call), maintenance totals and database pool use.
 
 use std::sync::Arc;
 use std::sync::atomic::Ordering::Relaxed;
@@ -153,6 +153,19 @@ async fn scrape(State(state): State<MetricsState>) -> Response {
         "Request latency, by operation, protocol and status",
         Unit::Seconds,
         requests.duration.clone(),
+    );
+    let timings = state.service.job_timings();
+    registry.register_with_unit(
+        "pgvs3_job_wait",
+        "Time from when a job was due to its fetch by a worker, by queue",
+        Unit::Seconds,
+        timings.wait.clone(),
+    );
+    registry.register_with_unit(
+        "pgvs3_job_run",
+        "Time from a job's fetch to its ack, by queue",
+        Unit::Seconds,
+        timings.run.clone(),
     );
     register_maintenance(state.service.maintenance_totals(), &mut registry);
     register_grouping(&state.service.grouping_stats(), &mut registry);

@@ -708,13 +708,99 @@ async fn metrics_scrape_parses_and_counts() {
             assert!(s.value >= 0.0, "counter {} is negative", s.name);
         }
     }
-    for family in ["pgvs3_request_duration_seconds"] {
+    for family in ["pgvs3_request_duration_seconds", "pgvs3_job_wait_seconds"] {
         assert_eq!(
             metrics.types.get(family).map(String::as_str),
             Some("histogram"),
             "{family}"
         );
     }
+}
+
+/// Job wait (due → fetched) and run (fetched → acked) time histograms by queue: exact counts,
+/// sums at least the delays waited, nothing below the delay in the bucket under it; jobs not
+/// acked add no run time.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn job_wait_and_run_times_are_histograms_by_queue() {
+    const WAIT: Duration = Duration::from_millis(300);
+    const RUN: Duration = Duration::from_millis(400);
+    let app = common::spawn_app().await;
+    let api = Api::new(&app);
+    for n in 0..2 {
+        api.enqueue(
+            json!({"type": "metrics.timed", "args": [n], "options": {"queue": "timed"}}),
+            &[],
+        )
+        .await;
+    }
+    api.enqueue(
+        json!({"type": "metrics.timed", "args": [], "options": {"queue": "held"}}),
+        &[],
+    )
+    .await;
+    tokio::time::sleep(WAIT).await;
+    let jobs = api.fetch("timed", 2).await;
+    assert_eq!(jobs.len(), 2, "{jobs:?}");
+    assert_eq!(api.fetch("held", 1).await.len(), 1);
+    tokio::time::sleep(RUN).await;
+    // One single ack, one batch ack: both paths count.
+    api.post("/ojs/v1/workers/ack", json!({"job_id": jobs[0]["id"]}), &[])
+        .await;
+    let batch = api
+        .post(
+            "/ojs/v1/workers/ack/batch",
+            json!({"acks": [{"job_id": jobs[1]["id"]}]}),
+            &[],
+        )
+        .await;
+    assert_eq!(batch["acknowledged"], 1, "{batch}");
+
+    let text = api.scrape().await;
+    let metrics = parse_exposition(&text).unwrap_or_else(|e| panic!("{e}\n---\n{text}"));
+    for (family, queue, count, at_least) in [
+        ("pgvs3_job_wait_seconds", "timed", 2.0, WAIT),
+        ("pgvs3_job_wait_seconds", "held", 1.0, WAIT),
+        ("pgvs3_job_run_seconds", "timed", 2.0, RUN),
+    ] {
+        let labels = [("queue", queue)];
+        assert_eq!(
+            metrics.value(&format!("{family}_count"), &labels),
+            count,
+            "{family} {queue}: {text}"
+        );
+        let sum = metrics.value(&format!("{family}_sum"), &labels);
+        let least = count * at_least.as_secs_f64();
+        assert!(
+            sum >= least && sum < least + count * 10.0,
+            "{family} {queue}: sum {sum}, each at least {at_least:?}"
+        );
+        assert_eq!(
+            metrics.value(
+                &format!("{family}_bucket"),
+                &[("queue", queue), ("le", "+Inf")]
+            ),
+            count
+        );
+        assert_eq!(
+            metrics.value(
+                &format!("{family}_bucket"),
+                &[("queue", queue), ("le", "0.25")]
+            ),
+            0.0,
+            "{family} {queue}: none under the delay"
+        );
+        assert_eq!(
+            metrics.units.get(family).map(String::as_str),
+            Some("seconds")
+        );
+    }
+    assert!(
+        metrics
+            .find("pgvs3_job_run_seconds_count", &[("queue", "held")])
+            .is_empty(),
+        "a job not acked has no run time: {text}"
+    );
+    app.stop().await;
 }
 
 // ---------------------------------------------------------------------------------------------
