@@ -126,7 +126,7 @@ fn register_maintenance(totals: &crate::core::MaintenanceTotals, registry: &mut 
         .unwrap_or_else(|p| p.into_inner().clone());
     registry.register(
         "pgvs3_maintenance_failures",
-        "Maintenance steps that failed and were skipped (the pass went on), by queue; step=\"shared\" is the database-wide step",
+        "Maintenance steps that failed and were skipped (the pass went on), by queue; step shared is the database-wide step",
         counters(failures.into_iter().map(|(queue, n)| {
             let labels = if queue.is_empty() {
                 vec![("step", "shared".to_string())]

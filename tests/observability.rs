@@ -217,7 +217,17 @@ fn check_structure(text: &str) -> Result<Exposition, String> {
                 current = Some(name.to_string());
             }
             let seen = match kind {
-                "HELP" => out.help.insert(name.to_string(), rest),
+                "HELP" => {
+                    // OpenMetrics escapes `"`, `\` and newlines in HELP text.
+                    let mut chars = rest.chars();
+                    while let Some(c) = chars.next() {
+                        let escaped = c == '\\' && matches!(chars.next(), Some('\\' | 'n' | '"'));
+                        if c == '"' || (c == '\\' && !escaped) {
+                            return Err(at("an unescaped character in HELP".into()));
+                        }
+                    }
+                    out.help.insert(name.to_string(), rest)
+                }
                 "TYPE" => {
                     if !matches!(
                         rest.as_str(),
@@ -410,6 +420,7 @@ fn the_exposition_check_reads_openmetrics_and_refuses_malformed_input() {
         "# HELP a A.\n# TYPE a gauge\na{x=\"1\"} one\n# EOF\n", // bad value
         "# HELP a A.\n# TYPE a gauge\na 1\na 2\n# EOF\n", // repeated series
         "# HELP a A.\n# TYPE a gauge\n# HELP b B.\n# TYPE b gauge\na 1\n# EOF\n", // not together
+        "# HELP a A \"q\".\n# TYPE a gauge\na 1\n# EOF\n", // unescaped quote in HELP
     ] {
         assert!(parse_exposition(bad).is_err(), "accepted {bad:?}");
     }
