@@ -131,6 +131,9 @@ struct Operation {
     responses: Vec<(u16, Option<String>, Vec<String>)>,
     /// The status of a successful answer that may also be `text/event-stream`.
     event_stream: Option<u16>,
+    /// `x-external: true`: served by its own router (its answer is not JSON); only the
+    /// operation table names it.
+    external: bool,
 }
 
 /// The media type of server-sent events; a response offering it is negotiated on `Accept`.
@@ -427,6 +430,7 @@ fn collect_operations(spec: &Value) -> BuildResult<Vec<Operation>> {
                 .get("x-read-only")
                 .and_then(Value::as_bool)
                 .unwrap_or(method == "get");
+            let external = op.get("x-external").and_then(Value::as_bool) == Some(true);
             operations.push(Operation {
                 id: id.to_string(),
                 fn_name: snake_case(id),
@@ -446,6 +450,7 @@ fn collect_operations(spec: &Value) -> BuildResult<Vec<Operation>> {
                 body,
                 responses,
                 event_stream,
+                external,
             });
         }
     }
@@ -475,6 +480,10 @@ fn generate_operations(operations: &[Operation]) -> BuildResult<String> {
         )?;
     }
     code.push_str("];\n\n");
+
+    // The rest is generated for the operations this module serves.
+    let served: Vec<&Operation> = operations.iter().filter(|op| !op.external).collect();
+    let operations = served.as_slice();
 
     // Query structs and response enums.
     for op in operations {
@@ -721,7 +730,7 @@ fn generate_operations(operations: &[Operation]) -> BuildResult<String> {
     // Router.
     let mut by_path: BTreeMap<&str, Vec<&Operation>> = BTreeMap::new();
     for op in operations {
-        by_path.entry(op.path.as_str()).or_default().push(op);
+        by_path.entry(op.path.as_str()).or_default().push(*op);
     }
     code.push_str(
         "/// The axum router calling `api` for every OpenAPI operation.\n\

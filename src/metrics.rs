@@ -1,17 +1,24 @@
-//! `GET /metrics` in the Prometheus text format: requests by operation, protocol and status with
-//! latency histograms (from the middleware), jobs by queue and state, stream sizes, consumer lag
-//! and dead letters (one SQL call), maintenance totals and database pool use.
+//! `GET /metrics` in the OpenMetrics text format, encoded by `prometheus-client`: requests by
+//! operation, protocol and status with latency histograms (from the middleware), job wait and
+//! run time histograms by queue, jobs by queue and state, stream sizes, consumer lag and dead
+//! letters (one SQL call), maintenance totals and database pool use.
 
-use std::fmt::Write as _;
 use std::sync::Arc;
 use std::sync::atomic::Ordering::Relaxed;
 
 use axum::extract::State;
 use axum::response::{IntoResponse, Response};
+use prometheus_client::metrics::counter::{ConstCounter, Counter};
+use prometheus_client::metrics::family::Family;
+use prometheus_client::metrics::gauge::{ConstGauge, Gauge};
+use prometheus_client::registry::{Registry, Unit};
 use serde_json::Value;
 
 use crate::core::Service;
-use crate::middleware::{LATENCY_BUCKETS, StackState};
+use crate::middleware::StackState;
+
+/// The media type of the exposition (OpenMetrics text).
+pub const CONTENT_TYPE: &str = "application/openmetrics-text; version=1.0.0; charset=utf-8";
 
 /// What the /metrics handler reads.
 #[derive(Clone)]
@@ -29,38 +36,10 @@ pub fn router(state: MetricsState) -> axum::Router {
         .with_state(state)
 }
 
-/// Requests of the grouped operations and the statements (transactions) that served them.
-fn render_grouping(stats: &crate::store::GroupingStats, out: &mut String) {
-    let families = [
-        (
-            "pgvs3_grouped_requests_total",
-            "Ack, single-queue fetch and single enqueue requests that reached the database.",
-            [
-                ("ack", stats.ack_requests),
-                ("fetch", stats.fetch_requests),
-                ("enqueue", stats.enqueue_requests),
-            ],
-        ),
-        (
-            "pgvs3_grouped_statements_total",
-            "Statements, each its own transaction, that served them (concurrent requests share one).",
-            [
-                ("ack", stats.ack_statements),
-                ("fetch", stats.fetch_statements),
-                ("enqueue", stats.enqueue_statements),
-            ],
-        ),
-    ];
-    for (name, help, samples) in families {
-        let _ = writeln!(out, "# HELP {name} {help}");
-        let _ = writeln!(out, "# TYPE {name} counter");
-        for (op, value) in samples {
-            let _ = writeln!(out, "{name}{{op=\"{op}\"}} {value}");
-        }
-    }
-}
+/// Labels of the series built per scrape, in the order they are written.
+type Labels = Vec<(&'static str, String)>;
 
-/// Escapes a label value.
+/// Escapes a label value (the encoder writes label values as given).
 fn label(value: &str) -> String {
     value
         .replace('\\', "\\\\")
@@ -68,273 +47,260 @@ fn label(value: &str) -> String {
         .replace('\n', "\\n")
 }
 
-async fn scrape(State(state): State<MetricsState>) -> Response {
-    let mut out = String::new();
-    render_requests(&state.stack, &mut out);
-    let totals = state.service.maintenance_totals();
-    let _ = writeln!(
-        out,
-        "# HELP pgvs3_maintenance_passes_total Maintenance passes this gateway ran."
+/// A counter family with the given series.
+fn counters(series: impl IntoIterator<Item = (Labels, u64)>) -> Family<Labels, Counter> {
+    let family = Family::<Labels, Counter>::default();
+    for (labels, value) in series {
+        family.get_or_create(&labels).inc_by(value);
+    }
+    family
+}
+
+/// A gauge family with the given series.
+fn gauges(series: impl IntoIterator<Item = (Labels, i64)>) -> Family<Labels, Gauge> {
+    let family = Family::<Labels, Gauge>::default();
+    for (labels, value) in series {
+        family.get_or_create(&labels).set(value);
+    }
+    family
+}
+
+/// Requests of the grouped operations and the statements (transactions) that served them.
+fn register_grouping(stats: &crate::store::GroupingStats, registry: &mut Registry) {
+    let op = |name: &str| vec![("op", name.to_string())];
+    registry.register(
+        "pgvs3_grouped_requests",
+        "Ack, single-queue fetch and single enqueue requests that reached the database",
+        counters([
+            (op("ack"), stats.ack_requests),
+            (op("fetch"), stats.fetch_requests),
+            (op("enqueue"), stats.enqueue_requests),
+        ]),
     );
-    let _ = writeln!(out, "# TYPE pgvs3_maintenance_passes_total counter");
-    let _ = writeln!(
-        out,
-        "pgvs3_maintenance_passes_total {}",
-        totals.passes.load(Relaxed)
+    registry.register(
+        "pgvs3_grouped_statements",
+        "Statements, each its own transaction, that served them (concurrent requests share one)",
+        counters([
+            (op("ack"), stats.ack_statements),
+            (op("fetch"), stats.fetch_statements),
+            (op("enqueue"), stats.enqueue_statements),
+        ]),
     );
-    let _ = writeln!(
-        out,
-        "# HELP pgvs3_lease_expiries_total Expired job leases released by maintenance."
-    );
-    let _ = writeln!(out, "# TYPE pgvs3_lease_expiries_total counter");
-    let _ = writeln!(
-        out,
-        "pgvs3_lease_expiries_total {}",
-        totals.lease_expiries.load(Relaxed)
-    );
-    let _ = writeln!(
-        out,
-        "# HELP pgvs3_stream_rotations_total Stream segment rotations by this gateway's passes."
-    );
-    let _ = writeln!(out, "# TYPE pgvs3_stream_rotations_total counter");
-    let _ = writeln!(
-        out,
-        "pgvs3_stream_rotations_total {}",
-        totals.rotations.load(Relaxed)
-    );
-    let _ = writeln!(
-        out,
-        "# HELP pgvs3_jobs_vacuums_total Jobs tables this gateway's passes vacuumed for their dead row versions."
-    );
-    let _ = writeln!(out, "# TYPE pgvs3_jobs_vacuums_total counter");
-    let _ = writeln!(
-        out,
-        "pgvs3_jobs_vacuums_total {}",
-        totals.vacuums.load(Relaxed)
-    );
-    let _ = writeln!(
-        out,
-        "# HELP pgvs3_maintenance_queue_steps_total Queue steps this gateway's passes ran (only queues with due work)."
-    );
-    let _ = writeln!(out, "# TYPE pgvs3_maintenance_queue_steps_total counter");
-    let _ = writeln!(
-        out,
-        "pgvs3_maintenance_queue_steps_total {}",
-        totals.queue_steps.load(Relaxed)
-    );
-    let _ = writeln!(
-        out,
-        "# HELP pgvs3_maintenance_failures_total Maintenance steps that failed and were skipped (the pass went on), by queue; step=\"shared\" is the database-wide step."
-    );
-    let _ = writeln!(out, "# TYPE pgvs3_maintenance_failures_total counter");
+}
+
+/// The maintenance totals of this gateway's passes.
+fn register_maintenance(totals: &crate::core::MaintenanceTotals, registry: &mut Registry) {
+    for (name, help, value) in [
+        (
+            "pgvs3_maintenance_passes",
+            "Maintenance passes this gateway ran",
+            &totals.passes,
+        ),
+        (
+            "pgvs3_lease_expiries",
+            "Expired job leases released by maintenance",
+            &totals.lease_expiries,
+        ),
+        (
+            "pgvs3_stream_rotations",
+            "Stream segment rotations by this gateway's passes",
+            &totals.rotations,
+        ),
+        (
+            "pgvs3_jobs_vacuums",
+            "Jobs tables this gateway's passes vacuumed for their dead row versions",
+            &totals.vacuums,
+        ),
+        (
+            "pgvs3_maintenance_queue_steps",
+            "Queue steps this gateway's passes ran (only queues with due work)",
+            &totals.queue_steps,
+        ),
+    ] {
+        registry.register(name, help, ConstCounter::new(value.load(Relaxed)));
+    }
     let failures = totals
         .failures
         .lock()
         .map(|f| f.clone())
         .unwrap_or_else(|p| p.into_inner().clone());
-    for (queue, n) in failures {
-        if queue.is_empty() {
-            let _ = writeln!(
-                out,
-                "pgvs3_maintenance_failures_total{{step=\"shared\"}} {n}"
-            );
-        } else {
-            let _ = writeln!(
-                out,
-                "pgvs3_maintenance_failures_total{{step=\"queue\",queue=\"{}\"}} {n}",
-                label(&queue)
-            );
-        }
-    }
-    render_grouping(&state.service.grouping_stats(), &mut out);
-    let _ = writeln!(
-        out,
-        "# HELP pgvs3_lock_conflict_retries_total Statements run again after PostgreSQL aborted them for a deadlock or serialization failure."
+    registry.register(
+        "pgvs3_maintenance_failures",
+        "Maintenance steps that failed and were skipped (the pass went on), by queue; step shared is the database-wide step",
+        counters(failures.into_iter().map(|(queue, n)| {
+            let labels = if queue.is_empty() {
+                vec![("step", "shared".to_string())]
+            } else {
+                vec![("step", "queue".to_string()), ("queue", label(&queue))]
+            };
+            (labels, n)
+        })),
     );
-    let _ = writeln!(out, "# TYPE pgvs3_lock_conflict_retries_total counter");
-    let _ = writeln!(
-        out,
-        "pgvs3_lock_conflict_retries_total {}",
-        state.service.conflict_retries()
+}
+
+// One registry per scrape: the long-lived families are shared clones, the rest are read now
+// (atomics, the database snapshot), so no state outlives the scrape and nothing is registered twice.
+async fn scrape(State(state): State<MetricsState>) -> Response {
+    let mut registry = Registry::default();
+    let requests = &state.stack.metrics;
+    registry.register(
+        "pgvs3_requests",
+        "Requests answered, by operation, protocol and status",
+        requests.requests.clone(),
     );
-    let _ = writeln!(
-        out,
-        "# HELP pgvs3_open_streams Long-lived streams (server-sent events, gRPC server streams) open now."
+    registry.register_with_unit(
+        "pgvs3_request_duration",
+        "Request latency, by operation, protocol and status",
+        Unit::Seconds,
+        requests.duration.clone(),
     );
-    let _ = writeln!(out, "# TYPE pgvs3_open_streams gauge");
-    let _ = writeln!(out, "pgvs3_open_streams {}", state.service.open_streams());
-    match state.service.metrics_snapshot().await {
+    let timings = state.service.job_timings();
+    registry.register_with_unit(
+        "pgvs3_job_wait",
+        "Time from when a job was due to its fetch by a worker, by queue",
+        Unit::Seconds,
+        timings.wait.clone(),
+    );
+    registry.register_with_unit(
+        "pgvs3_job_run",
+        "Time from a job's fetch to its ack, by queue",
+        Unit::Seconds,
+        timings.run.clone(),
+    );
+    register_maintenance(state.service.maintenance_totals(), &mut registry);
+    register_grouping(&state.service.grouping_stats(), &mut registry);
+    registry.register(
+        "pgvs3_lock_conflict_retries",
+        "Statements run again after PostgreSQL aborted them for a deadlock or serialization failure",
+        ConstCounter::new(state.service.conflict_retries()),
+    );
+    registry.register(
+        "pgvs3_open_streams",
+        "Long-lived streams (server-sent events, gRPC server streams) open now",
+        ConstGauge::new(i64::try_from(state.service.open_streams()).unwrap_or(i64::MAX)),
+    );
+    let up = match state.service.metrics_snapshot().await {
         Ok((snapshot, (open, idle))) => {
-            render_queues(&snapshot, &mut out);
-            let _ = writeln!(
-                out,
-                "# HELP pgvs3_db_pool_connections Database pool connections by state."
+            register_queues(&snapshot, &mut registry);
+            let idle = i64::try_from(idle).unwrap_or(i64::MAX);
+            registry.register(
+                "pgvs3_db_pool_connections",
+                "Database pool connections by state",
+                gauges([
+                    (vec![("state", "idle".to_string())], idle),
+                    (
+                        vec![("state", "in_use".to_string())],
+                        (i64::from(open) - idle).max(0),
+                    ),
+                ]),
             );
-            let _ = writeln!(out, "# TYPE pgvs3_db_pool_connections gauge");
-            let _ = writeln!(out, "pgvs3_db_pool_connections{{state=\"idle\"}} {idle}");
-            let _ = writeln!(
-                out,
-                "pgvs3_db_pool_connections{{state=\"in_use\"}} {}",
-                (open as usize).saturating_sub(idle)
-            );
-            let _ = writeln!(
-                out,
-                "# HELP pgvs3_up Whether the database answered the scrape."
-            );
-            let _ = writeln!(out, "# TYPE pgvs3_up gauge");
-            let _ = writeln!(out, "pgvs3_up 1");
+            1
         }
         Err(error) => {
             tracing::warn!(%error, "metrics snapshot failed");
-            let _ = writeln!(out, "# TYPE pgvs3_up gauge");
-            let _ = writeln!(out, "pgvs3_up 0");
+            0
         }
+    };
+    registry.register(
+        "pgvs3_up",
+        "Whether the database answered the scrape",
+        ConstGauge::new(up),
+    );
+    let mut out = String::new();
+    if let Err(error) = prometheus_client::encoding::text::encode(&mut out, &registry) {
+        tracing::warn!(%error, "metrics encoding failed");
+        return http::StatusCode::INTERNAL_SERVER_ERROR.into_response();
     }
-    (
-        [(
-            http::header::CONTENT_TYPE,
-            "text/plain; version=0.0.4; charset=utf-8",
-        )],
-        out,
-    )
-        .into_response()
+    ([(http::header::CONTENT_TYPE, CONTENT_TYPE)], out).into_response()
 }
 
-fn render_requests(stack: &StackState, out: &mut String) {
-    let mut series = stack.metrics.snapshot();
-    series.sort_by(|a, b| a.0.cmp(&b.0));
-    let _ = writeln!(
-        out,
-        "# HELP pgvs3_requests_total Requests answered, by operation, protocol and status."
-    );
-    let _ = writeln!(out, "# TYPE pgvs3_requests_total counter");
-    for ((op, protocol, status), s) in &series {
-        let _ = writeln!(
-            out,
-            "pgvs3_requests_total{{operation=\"{}\",protocol=\"{protocol}\",status=\"{}\"}} {}",
-            label(op),
-            label(status),
-            s.count
-        );
-    }
-    let _ = writeln!(
-        out,
-        "# HELP pgvs3_request_duration_seconds Request latency, by operation and protocol."
-    );
-    let _ = writeln!(out, "# TYPE pgvs3_request_duration_seconds histogram");
-    for ((op, protocol, status), s) in &series {
-        let labels = format!(
-            "operation=\"{}\",protocol=\"{protocol}\",status=\"{}\"",
-            label(op),
-            label(status)
-        );
-        for (bound, count) in LATENCY_BUCKETS.iter().zip(&s.buckets) {
-            let _ = writeln!(
-                out,
-                "pgvs3_request_duration_seconds_bucket{{{labels},le=\"{bound}\"}} {count}"
-            );
-        }
-        let _ = writeln!(
-            out,
-            "pgvs3_request_duration_seconds_bucket{{{labels},le=\"+Inf\"}} {}",
-            s.count
-        );
-        let _ = writeln!(
-            out,
-            "pgvs3_request_duration_seconds_sum{{{labels}}} {}",
-            s.seconds
-        );
-        let _ = writeln!(
-            out,
-            "pgvs3_request_duration_seconds_count{{{labels}}} {}",
-            s.count
-        );
-    }
-}
-
-fn render_queues(snapshot: &Value, out: &mut String) {
+/// Per-queue figures of the database snapshot.
+fn register_queues(snapshot: &Value, registry: &mut Registry) {
     let queues = snapshot
         .get("queues")
         .and_then(Value::as_array)
-        .cloned()
+        .map(Vec::as_slice)
         .unwrap_or_default();
-    let gauge = |out: &mut String, name: &str, help: &str| {
-        let _ = writeln!(out, "# HELP {name} {help}");
-        let _ = writeln!(out, "# TYPE {name} gauge");
-    };
-    gauge(out, "pgvs3_jobs", "Jobs by queue and state.");
-    for q in &queues {
-        let name = label(q.get("queue").and_then(Value::as_str).unwrap_or_default());
-        if let Some(states) = q.get("jobs").and_then(Value::as_object) {
-            for (state, n) in states {
-                let _ = writeln!(
-                    out,
-                    "pgvs3_jobs{{queue=\"{name}\",state=\"{}\"}} {}",
-                    label(state),
-                    n.as_i64().unwrap_or(0)
-                );
-            }
-        }
-    }
+    let name = |q: &Value| label(q.get("queue").and_then(Value::as_str).unwrap_or_default());
+    registry.register(
+        "pgvs3_jobs",
+        "Jobs by queue and state",
+        gauges(queues.iter().flat_map(|q| {
+            let queue = name(q);
+            q.get("jobs")
+                .and_then(Value::as_object)
+                .into_iter()
+                .flatten()
+                .map(move |(state, n)| {
+                    (
+                        vec![("queue", queue.clone()), ("state", label(state))],
+                        n.as_i64().unwrap_or(0),
+                    )
+                })
+        })),
+    );
     for (metric, key, help) in [
         (
             "pgvs3_stream_events",
             "events",
-            "Stream events retained, by queue.",
+            "Stream events retained, by queue",
         ),
         (
             "pgvs3_stream_dead_letters",
             "dead_letters",
-            "Stream dead letters, by queue.",
+            "Stream dead letters, by queue",
         ),
         (
             "pgvs3_stream_segment_rotations",
             "rotations",
-            "Stream segment rotations so far, by queue.",
+            "Stream segment rotations so far, by queue",
         ),
     ] {
-        gauge(out, metric, help);
-        for q in &queues {
-            let name = label(q.get("queue").and_then(Value::as_str).unwrap_or_default());
-            let n = q
-                .pointer(&format!("/stream/{key}"))
-                .and_then(Value::as_i64)
-                .unwrap_or(0);
-            let _ = writeln!(out, "{metric}{{queue=\"{name}\"}} {n}");
-        }
+        registry.register(
+            metric,
+            help,
+            gauges(queues.iter().map(|q| {
+                let n = q
+                    .pointer(&format!("/stream/{key}"))
+                    .and_then(Value::as_i64)
+                    .unwrap_or(0);
+                (vec![("queue", name(q))], n)
+            })),
+        );
     }
     for (metric, key, help) in [
         (
             "pgvs3_stream_consumer_lag_ticks",
             "ticks_behind",
-            "Ticks after a consumer's cursor.",
+            "Ticks after a consumer's cursor",
         ),
         (
             "pgvs3_stream_consumer_lag_events",
             "events_behind",
-            "Events after a consumer's cursor (by sequence).",
+            "Events after a consumer's cursor (by sequence)",
         ),
     ] {
-        gauge(out, metric, help);
-        for q in &queues {
-            let name = label(q.get("queue").and_then(Value::as_str).unwrap_or_default());
-            for c in q
-                .pointer("/stream/consumers")
-                .and_then(Value::as_array)
-                .into_iter()
-                .flatten()
-            {
-                let consumer = label(
-                    c.get("consumer")
-                        .and_then(Value::as_str)
-                        .unwrap_or_default(),
-                );
-                let n = c.get(key).and_then(Value::as_i64).unwrap_or(0);
-                let _ = writeln!(
-                    out,
-                    "{metric}{{queue=\"{name}\",consumer=\"{consumer}\"}} {n}"
-                );
-            }
-        }
+        registry.register(
+            metric,
+            help,
+            gauges(queues.iter().flat_map(|q| {
+                let queue = name(q);
+                q.pointer("/stream/consumers")
+                    .and_then(Value::as_array)
+                    .into_iter()
+                    .flatten()
+                    .map(move |c| {
+                        let consumer = label(
+                            c.get("consumer")
+                                .and_then(Value::as_str)
+                                .unwrap_or_default(),
+                        );
+                        (
+                            vec![("queue", queue.clone()), ("consumer", consumer)],
+                            c.get(key).and_then(Value::as_i64).unwrap_or(0),
+                        )
+                    })
+            })),
+        );
     }
 }

@@ -471,6 +471,44 @@ async fn a_token_works_on_every_gateway_and_revocation_reaches_them_within_a_sec
     first.stop().await;
 }
 
+/// `getMetrics` declares `reader`; `--metrics-open` makes it, and only it, public.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn metrics_open_serves_only_metrics_without_a_token() {
+    let declared = HTTP_OPERATIONS
+        .iter()
+        .find(|op| op.id == "getMetrics")
+        .expect("getMetrics in the operation table");
+    assert_eq!((declared.method, declared.path), ("GET", "/metrics"));
+    assert_eq!(declared.role, Role::Reader);
+    assert!(declared.read_only);
+
+    let app = common::spawn_app_with(|s| {
+        s.auth = true;
+        s.metrics_open = true;
+    })
+    .await;
+    let client = reqwest::Client::new();
+    let metrics = client
+        .get(format!("{}/metrics", app.http_url))
+        .send()
+        .await
+        .expect("metrics");
+    assert_eq!(metrics.status(), 200);
+    let text = metrics.text().await.expect("metrics text");
+    assert!(text.ends_with("# EOF\n"), "{text}");
+    let queues = client
+        .get(format!("{}/ojs/v1/queues", app.http_url))
+        .send()
+        .await
+        .expect("list queues");
+    assert_eq!(
+        queues.status(),
+        401,
+        "other reader operations still need a token"
+    );
+    app.stop().await;
+}
+
 #[test]
 fn the_readme_roles_table_matches_the_schemas() {
     let readme = std::fs::read_to_string(concat!(env!("CARGO_MANIFEST_DIR"), "/README.md"))

@@ -112,9 +112,9 @@ impl Api {
             .and_then(|v| v.to_str().ok())
             .unwrap_or_default()
             .to_string();
-        assert!(
-            content_type.starts_with("text/plain"),
-            "Prometheus text content type, got {content_type:?}"
+        assert_eq!(
+            content_type, "application/openmetrics-text; version=1.0.0; charset=utf-8",
+            "the OpenMetrics content type"
         );
         response.text().await.expect("metrics body")
     }
@@ -128,7 +128,8 @@ fn traceparent() -> (String, String, String) {
 }
 
 // ---------------------------------------------------------------------------------------------
-// A small Prometheus text-format parser
+// The exposition: values read by `prometheus-parse`, the OpenMetrics structure (which that
+// lenient parser does not check) by `check_structure`.
 
 #[derive(Debug, Clone)]
 struct Sample {
@@ -143,6 +144,9 @@ struct Exposition {
     help: HashMap<String, String>,
     /// Family name → TYPE.
     types: HashMap<String, String>,
+    /// Family name → UNIT.
+    units: HashMap<String, String>,
+    /// Every sample; a histogram's buckets as `<family>_bucket` samples with their `le`.
     samples: Vec<Sample>,
 }
 
@@ -150,12 +154,6 @@ fn is_metric_name(name: &str) -> bool {
     let mut chars = name.chars();
     matches!(chars.next(), Some(c) if c.is_ascii_alphabetic() || c == '_' || c == ':')
         && chars.all(|c| c.is_ascii_alphanumeric() || c == '_' || c == ':')
-}
-
-fn is_label_name(name: &str) -> bool {
-    let mut chars = name.chars();
-    matches!(chars.next(), Some(c) if c.is_ascii_alphabetic() || c == '_')
-        && chars.all(|c| c.is_ascii_alphanumeric() || c == '_')
 }
 
 fn parse_value(text: &str) -> Result<f64, String> {
@@ -167,150 +165,178 @@ fn parse_value(text: &str) -> Result<f64, String> {
     }
 }
 
-/// Parses `{a="x",b="y"}` at the start of `text`; returns the labels and the rest.
-fn parse_labels(text: &str) -> Result<(BTreeMap<String, String>, &str), String> {
-    let mut labels = BTreeMap::new();
-    let mut rest = text
-        .strip_prefix('{')
-        .ok_or("labels must start with {")?
-        .trim_start();
-    loop {
-        if let Some(after) = rest.strip_prefix('}') {
-            return Ok((labels, after));
-        }
-        let eq = rest.find('=').ok_or("label without =")?;
-        let name = rest[..eq].trim();
-        if !is_label_name(name) {
-            return Err(format!("bad label name {name:?}"));
-        }
-        let mut chars = rest[eq + 1..]
-            .strip_prefix('"')
-            .ok_or("label value must be quoted")?
-            .char_indices();
-        let body = &rest[eq + 2..];
-        let mut value = String::new();
-        let end = loop {
-            match chars.next() {
-                None => return Err("unterminated label value".into()),
-                Some((i, '"')) => break i,
-                Some((_, '\\')) => match chars.next() {
-                    Some((_, '\\')) => value.push('\\'),
-                    Some((_, '"')) => value.push('"'),
-                    Some((_, 'n')) => value.push('\n'),
-                    other => return Err(format!("bad escape {other:?}")),
-                },
-                Some((_, c)) => value.push(c),
+/// The family a sample name belongs to, by the suffixes OpenMetrics gives each type.
+fn family_of<'a>(name: &'a str, types: &HashMap<String, String>) -> Option<&'a str> {
+    if types.contains_key(name) && !matches!(types[name].as_str(), "counter" | "histogram") {
+        return Some(name);
+    }
+    for (kind, suffixes) in [
+        ("counter", &["_total", "_created"][..]),
+        ("histogram", &["_bucket", "_sum", "_count", "_created"][..]),
+    ] {
+        for suffix in suffixes {
+            if let Some(base) = name.strip_suffix(suffix)
+                && types.get(base).map(String::as_str) == Some(kind)
+            {
+                return Some(base);
             }
-        };
-        if labels.insert(name.to_string(), value).is_some() {
-            return Err(format!("label {name} repeated"));
-        }
-        rest = body[end + 1..].trim_start();
-        if let Some(after) = rest.strip_prefix(',') {
-            rest = after.trim_start();
-        } else if !rest.starts_with('}') {
-            return Err(format!("expected , or }} at {rest:?}"));
         }
     }
+    None
 }
 
-/// The family a sample belongs to: histogram/summary samples carry a suffix.
-fn family_of<'a>(name: &'a str, types: &HashMap<String, String>) -> &'a str {
-    for suffix in ["_bucket", "_sum", "_count"] {
-        if let Some(base) = name.strip_suffix(suffix)
-            && matches!(
-                types.get(base).map(String::as_str),
-                Some("histogram" | "summary")
-            )
-        {
-            return base;
-        }
-    }
-    name
-}
-
-/// Parses the text format strictly: comments are HELP/TYPE (or plain), every sample's family is
-/// TYPEd before its first sample, TYPE and HELP appear once per family, no series repeats.
-fn parse_exposition(text: &str) -> Result<Exposition, String> {
+/// Checks what the value parser does not: the text ends with `# EOF`; each family has one TYPE
+/// (OpenMetrics types only), one HELP and at most one UNIT, all before its samples, and the UNIT
+/// ends its name; every sample belongs to a declared family and its samples are together.
+fn check_structure(text: &str) -> Result<Exposition, String> {
     let mut out = Exposition::default();
-    let mut seen_series = HashSet::new();
-    let mut sampled_families = HashSet::new();
-    for (n, line) in text.lines().enumerate() {
+    let body = text
+        .strip_suffix("# EOF\n")
+        .ok_or("the exposition must end with \"# EOF\"")?;
+    let mut finished = HashSet::new();
+    let mut current: Option<String> = None;
+    for (n, line) in body.lines().enumerate() {
         let at = |e: String| format!("line {}: {e}: {line:?}", n + 1);
-        let line = line.trim_end();
-        if line.is_empty() {
-            continue;
-        }
-        if let Some(comment) = line.strip_prefix('#') {
-            let mut words = comment.trim_start().splitn(3, ' ');
-            match words.next() {
-                Some("HELP") => {
-                    let name = words.next().ok_or_else(|| at("HELP without name".into()))?;
-                    if !is_metric_name(name) {
-                        return Err(at(format!("bad name {name:?}")));
-                    }
-                    let help = words.next().unwrap_or_default().to_string();
-                    if out.help.insert(name.to_string(), help).is_some() {
-                        return Err(at(format!("second HELP for {name}")));
-                    }
+        if let Some(comment) = line.strip_prefix("# ") {
+            let mut words = comment.splitn(3, ' ');
+            let (kind, name) = (
+                words.next().unwrap_or_default(),
+                words.next().unwrap_or_default(),
+            );
+            let rest = words.next().unwrap_or_default().to_string();
+            if !is_metric_name(name) {
+                return Err(at(format!("bad family name {name:?}")));
+            }
+            if current.as_deref() != Some(name) {
+                if let Some(done) = current.take() {
+                    finished.insert(done);
                 }
-                Some("TYPE") => {
-                    let name = words.next().ok_or_else(|| at("TYPE without name".into()))?;
-                    let kind = words.next().unwrap_or_default().trim();
+                if finished.contains(name) {
+                    return Err(at(format!("{name} declared again after other families")));
+                }
+                current = Some(name.to_string());
+            }
+            let seen = match kind {
+                "HELP" => {
+                    // OpenMetrics escapes `"`, `\` and newlines in HELP text.
+                    let mut chars = rest.chars();
+                    while let Some(c) = chars.next() {
+                        let escaped = c == '\\' && matches!(chars.next(), Some('\\' | 'n' | '"'));
+                        if c == '"' || (c == '\\' && !escaped) {
+                            return Err(at("an unescaped character in HELP".into()));
+                        }
+                    }
+                    out.help.insert(name.to_string(), rest)
+                }
+                "TYPE" => {
                     if !matches!(
-                        kind,
-                        "counter" | "gauge" | "histogram" | "summary" | "untyped"
+                        rest.as_str(),
+                        "counter"
+                            | "gauge"
+                            | "histogram"
+                            | "gaugehistogram"
+                            | "stateset"
+                            | "info"
+                            | "summary"
+                            | "unknown"
                     ) {
-                        return Err(at(format!("bad type {kind:?}")));
+                        return Err(at(format!("bad type {rest:?}")));
                     }
-                    if sampled_families.contains(name) {
-                        return Err(at(format!("TYPE of {name} after its samples")));
-                    }
-                    if out
-                        .types
-                        .insert(name.to_string(), kind.to_string())
-                        .is_some()
-                    {
-                        return Err(at(format!("second TYPE for {name}")));
-                    }
+                    out.types.insert(name.to_string(), rest)
                 }
-                _ => {}
+                "UNIT" => {
+                    if !name.ends_with(&format!("_{rest}")) {
+                        return Err(at(format!("{name} does not end in its unit {rest}")));
+                    }
+                    out.units.insert(name.to_string(), rest)
+                }
+                _ => return Err(at("a comment that is not HELP, TYPE or UNIT".into())),
+            };
+            if seen.is_some() {
+                return Err(at(format!("second {kind} for {name}")));
             }
             continue;
         }
         let name_end = line.find(['{', ' ']).ok_or_else(|| at("no value".into()))?;
         let name = &line[..name_end];
-        if !is_metric_name(name) {
-            return Err(at(format!("bad name {name:?}")));
+        let family = family_of(name, &out.types)
+            .ok_or_else(|| at(format!("{name} belongs to no declared family")))?;
+        if current.as_deref() != Some(family) {
+            return Err(at(format!(
+                "a sample of {family} outside its family's block"
+            )));
         }
-        let (labels, rest) = if line[name_end..].starts_with('{') {
-            parse_labels(&line[name_end..]).map_err(at)?
-        } else {
-            (BTreeMap::new(), &line[name_end..])
-        };
-        let mut fields = rest.split_whitespace();
-        let value = parse_value(fields.next().ok_or_else(|| at("no value".into()))?).map_err(at)?;
-        if let Some(timestamp) = fields.next() {
-            timestamp
-                .parse::<i64>()
-                .map_err(|e| at(format!("bad timestamp: {e}")))?;
+    }
+    for family in out.types.keys() {
+        if !out.help.contains_key(family) {
+            return Err(format!("no HELP for {family}"));
         }
-        if fields.next().is_some() {
-            return Err(at("trailing fields".into()));
+    }
+    for family in out.help.keys().chain(out.units.keys()) {
+        if !out.types.contains_key(family) {
+            return Err(format!("no TYPE for {family}"));
         }
-        let family = family_of(name, &out.types).to_string();
-        if !out.types.contains_key(&family) {
-            return Err(at(format!("no TYPE before the first sample of {family}")));
+    }
+    Ok(out)
+}
+
+/// The exposition's structure checked and its samples read by `prometheus-parse`.
+fn parse_exposition(text: &str) -> Result<Exposition, String> {
+    let mut out = check_structure(text)?;
+    let scrape = prometheus_parse::Scrape::parse(text.lines().map(|l| Ok(l.to_string())))
+        .map_err(|e| e.to_string())?;
+    let sample_lines = text
+        .lines()
+        .filter(|l| !l.starts_with('#') && !l.is_empty())
+        .count();
+    for sample in scrape.samples {
+        let labels: BTreeMap<String, String> = sample
+            .labels
+            .iter()
+            .map(|(k, v)| (k.clone(), v.clone()))
+            .collect();
+        match sample.value {
+            prometheus_parse::Value::Histogram(buckets) => {
+                for bucket in buckets {
+                    let mut labels = labels.clone();
+                    let le = if bucket.less_than.is_infinite() {
+                        "+Inf".to_string()
+                    } else {
+                        bucket.less_than.to_string()
+                    };
+                    labels.insert("le".into(), le);
+                    out.samples.push(Sample {
+                        name: format!("{}_bucket", sample.metric),
+                        labels,
+                        value: bucket.count,
+                    });
+                }
+            }
+            prometheus_parse::Value::Counter(v)
+            | prometheus_parse::Value::Gauge(v)
+            | prometheus_parse::Value::Untyped(v) => out.samples.push(Sample {
+                name: sample.metric,
+                labels,
+                value: v,
+            }),
+            prometheus_parse::Value::Summary(_) => return Err("no summaries expected".into()),
         }
-        sampled_families.insert(family);
-        if !seen_series.insert((name.to_string(), labels.clone())) {
-            return Err(at("series repeated".into()));
-        }
-        out.samples.push(Sample {
-            name: name.to_string(),
-            labels,
-            value,
-        });
+    }
+    // The parser skips lines it cannot read; every sample line must have been read, once.
+    if out.samples.len() != sample_lines {
+        return Err(format!(
+            "{} sample lines, {} samples read",
+            sample_lines,
+            out.samples.len()
+        ));
+    }
+    let series: HashSet<(&str, &BTreeMap<String, String>)> = out
+        .samples
+        .iter()
+        .map(|s| (s.name.as_str(), &s.labels))
+        .collect();
+    if series.len() != out.samples.len() {
+        return Err("a series is repeated".into());
     }
     Ok(out)
 }
@@ -372,27 +398,29 @@ fn with_trace<T>(message: T, parent: &str, state: Option<&str>) -> tonic::Reques
 // Metrics
 
 #[test]
-fn the_parser_reads_the_format_and_refuses_malformed_input() {
-    let good = "# HELP a_total A counter.\n# TYPE a_total counter\na_total{x=\"1\",y=\"q\\\"\\\\\\n\"} 3\n\
-                # TYPE h_seconds histogram\nh_seconds_bucket{le=\"0.5\"} 1\nh_seconds_bucket{le=\"+Inf\"} 2\n\
-                h_seconds_sum 0.7\nh_seconds_count 2 1700000000000\n";
+fn the_exposition_check_reads_openmetrics_and_refuses_malformed_input() {
+    let good = "# HELP a A counter.\n# TYPE a counter\na_total{x=\"1\",y=\"q\"} 3\n\
+                # HELP h_seconds A histogram.\n# TYPE h_seconds histogram\n# UNIT h_seconds seconds\n\
+                h_seconds_bucket{le=\"0.5\"} 1\nh_seconds_bucket{le=\"+Inf\"} 2\n\
+                h_seconds_sum 0.7\nh_seconds_count 2\n# EOF\n";
     let parsed = parse_exposition(good).expect("valid text");
-    assert_eq!(
-        parsed.value("a_total", &[("x", "1"), ("y", "q\"\\\n")]),
-        3.0
-    );
+    assert_eq!(parsed.value("a_total", &[("x", "1"), ("y", "q")]), 3.0);
     assert_eq!(parsed.value("h_seconds_bucket", &[("le", "+Inf")]), 2.0);
+    assert_eq!(parsed.value("h_seconds_bucket", &[("le", "0.5")]), 1.0);
     assert_eq!(parsed.value("h_seconds_count", &[]), 2.0);
+    assert_eq!(parsed.units["h_seconds"], "seconds");
     for bad in [
-        "a 1\n",                                  // no TYPE
-        "# TYPE a gauge\na{x=1} 1\n",             // unquoted label
-        "# TYPE a gauge\na{x=\"1\"}\n",           // no value
-        "# TYPE a gauge\na 1\na 2\n",             // repeated series
-        "# TYPE a gauge\n# TYPE a gauge\na 1\n",  // second TYPE
-        "# TYPE a gauge\na{x=\"1\",x=\"2\"} 1\n", // repeated label
-        "# TYPE a gauge\na one\n",                // bad value
-        "# TYPE 1a gauge\n1a 1\n",                // bad name
-        "# TYPE a gauge\na{x=\"1\" 1\n",          // unterminated labels
+        "# HELP a A.\n# TYPE a gauge\na 1\n",             // no EOF
+        "# HELP a A.\n# TYPE a gauge\na 1\n# EOF\nb 1\n", // text after EOF
+        "a 1\n# EOF\n",                                   // no TYPE
+        "# TYPE a gauge\na 1\n# EOF\n",                   // no HELP
+        "# HELP a A.\n# TYPE a counter\na 1\n# EOF\n",    // counter without _total
+        "# HELP a A.\n# TYPE a gauge\n# TYPE a gauge\na 1\n# EOF\n", // second TYPE
+        "# HELP a A.\n# TYPE a gauge\n# UNIT a seconds\na 1\n# EOF\n", // unit not in the name
+        "# HELP a A.\n# TYPE a gauge\na{x=\"1\"} one\n# EOF\n", // bad value
+        "# HELP a A.\n# TYPE a gauge\na 1\na 2\n# EOF\n", // repeated series
+        "# HELP a A.\n# TYPE a gauge\n# HELP b B.\n# TYPE b gauge\na 1\n# EOF\n", // not together
+        "# HELP a A \"q\".\n# TYPE a gauge\na 1\n# EOF\n", // unescaped quote in HELP
     ] {
         assert!(parse_exposition(bad).is_err(), "accepted {bad:?}");
     }
@@ -663,32 +691,127 @@ async fn metrics_scrape_parses_and_counts() {
     for (family, kind) in &metrics.types {
         assert!(name_ok(family), "family name {family:?}");
         assert!(metrics.help.contains_key(family), "HELP for {family}");
-        match kind.as_str() {
-            "counter" => assert!(
-                family.ends_with("_total"),
-                "counter {family} ends in _total"
-            ),
-            _ => assert!(
-                !family.ends_with("_total"),
-                "{kind} {family} must not end in _total"
-            ),
-        }
-        if family.contains("duration") || family.contains("latency") {
+        // OpenMetrics names a counter family without `_total`; its samples carry it.
+        assert!(
+            !family.ends_with("_total"),
+            "{kind} family {family} must not end in _total"
+        );
+        if family.contains("duration") || family.contains("latency") || family.contains("_time") {
             assert!(family.ends_with("_seconds"), "{family} is in seconds");
         }
-        for reserved in ["_bucket", "_count", "_sum"] {
-            if kind != "histogram" && kind != "summary" {
-                assert!(!family.ends_with(reserved), "{family} ends in {reserved}");
+        for unit in ["seconds", "bytes"] {
+            if family.ends_with(&format!("_{unit}")) {
+                assert_eq!(
+                    metrics.units.get(family).map(String::as_str),
+                    Some(unit),
+                    "{family} declares its unit"
+                );
             }
+        }
+        for reserved in ["_bucket", "_count", "_sum", "_created"] {
+            assert!(!family.ends_with(reserved), "{family} ends in {reserved}");
         }
     }
     for s in &metrics.samples {
-        let family = family_of(&s.name, &metrics.types);
+        let family = family_of(&s.name, &metrics.types).expect("checked by parse_exposition");
         if metrics.types[family] == "counter" {
             assert!(s.name.ends_with("_total"), "counter sample {}", s.name);
             assert!(s.value >= 0.0, "counter {} is negative", s.name);
         }
     }
+    for family in ["pgvs3_request_duration_seconds", "pgvs3_job_wait_seconds"] {
+        assert_eq!(
+            metrics.types.get(family).map(String::as_str),
+            Some("histogram"),
+            "{family}"
+        );
+    }
+}
+
+/// Job wait (due → fetched) and run (fetched → acked) time histograms by queue: exact counts,
+/// sums at least the delays waited, nothing below the delay in the bucket under it; jobs not
+/// acked add no run time.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn job_wait_and_run_times_are_histograms_by_queue() {
+    const WAIT: Duration = Duration::from_millis(300);
+    const RUN: Duration = Duration::from_millis(400);
+    let app = common::spawn_app().await;
+    let api = Api::new(&app);
+    for n in 0..2 {
+        api.enqueue(
+            json!({"type": "metrics.timed", "args": [n], "options": {"queue": "timed"}}),
+            &[],
+        )
+        .await;
+    }
+    api.enqueue(
+        json!({"type": "metrics.timed", "args": [], "options": {"queue": "held"}}),
+        &[],
+    )
+    .await;
+    tokio::time::sleep(WAIT).await;
+    let jobs = api.fetch("timed", 2).await;
+    assert_eq!(jobs.len(), 2, "{jobs:?}");
+    assert_eq!(api.fetch("held", 1).await.len(), 1);
+    tokio::time::sleep(RUN).await;
+    // One single ack, one batch ack: both paths count.
+    api.post("/ojs/v1/workers/ack", json!({"job_id": jobs[0]["id"]}), &[])
+        .await;
+    let batch = api
+        .post(
+            "/ojs/v1/workers/ack/batch",
+            json!({"acks": [{"job_id": jobs[1]["id"]}]}),
+            &[],
+        )
+        .await;
+    assert_eq!(batch["acknowledged"], 1, "{batch}");
+
+    let text = api.scrape().await;
+    let metrics = parse_exposition(&text).unwrap_or_else(|e| panic!("{e}\n---\n{text}"));
+    for (family, queue, count, at_least) in [
+        ("pgvs3_job_wait_seconds", "timed", 2.0, WAIT),
+        ("pgvs3_job_wait_seconds", "held", 1.0, WAIT),
+        ("pgvs3_job_run_seconds", "timed", 2.0, RUN),
+    ] {
+        let labels = [("queue", queue)];
+        assert_eq!(
+            metrics.value(&format!("{family}_count"), &labels),
+            count,
+            "{family} {queue}: {text}"
+        );
+        let sum = metrics.value(&format!("{family}_sum"), &labels);
+        let least = count * at_least.as_secs_f64();
+        assert!(
+            sum >= least && sum < least + count * 10.0,
+            "{family} {queue}: sum {sum}, each at least {at_least:?}"
+        );
+        assert_eq!(
+            metrics.value(
+                &format!("{family}_bucket"),
+                &[("queue", queue), ("le", "+Inf")]
+            ),
+            count
+        );
+        assert_eq!(
+            metrics.value(
+                &format!("{family}_bucket"),
+                &[("queue", queue), ("le", "0.25")]
+            ),
+            0.0,
+            "{family} {queue}: none under the delay"
+        );
+        assert_eq!(
+            metrics.units.get(family).map(String::as_str),
+            Some("seconds")
+        );
+    }
+    assert!(
+        metrics
+            .find("pgvs3_job_run_seconds_count", &[("queue", "held")])
+            .is_empty(),
+        "a job not acked has no run time: {text}"
+    );
+    app.stop().await;
 }
 
 // ---------------------------------------------------------------------------------------------

@@ -11,6 +11,7 @@ pub mod page;
 pub mod push;
 pub mod stream;
 pub mod time;
+pub mod timings;
 pub mod validate;
 pub mod workflow;
 
@@ -114,6 +115,7 @@ pub struct Service {
     started: Instant,
     totals: MaintenanceTotals,
     open_streams: std::sync::Arc<std::sync::atomic::AtomicUsize>,
+    timings: timings::JobTimings,
 }
 
 /// One open long-lived stream, counted against `max_streams` until dropped.
@@ -151,6 +153,7 @@ impl Service {
             started: Instant::now(),
             totals: MaintenanceTotals::default(),
             open_streams: Default::default(),
+            timings: Default::default(),
         }
     }
 
@@ -361,6 +364,7 @@ impl Service {
                 )
                 .await?;
             if !jobs.is_empty() || wait_ms == 0 {
+                self.timings.fetched(&jobs);
                 return Ok(jobs);
             }
             // Long polls only wait on queues that exist.
@@ -394,7 +398,9 @@ impl Service {
         if let Some(result) = &request.result {
             validate::check_no_nul("result", result)?;
         }
-        self.store.ack(id, token, request.result.as_ref()).await
+        let job = self.store.ack(id, token, request.result.as_ref()).await?;
+        self.timings.completed(&job);
+        Ok(job)
     }
 
     /// Completes many active jobs with one commit (the batch-ack extension). The request is
@@ -431,7 +437,11 @@ impl Service {
             }
             items.push((id, token, ack.result));
         }
-        self.store.ack_each(items).await
+        let outcomes = self.store.ack_each(items).await?;
+        for job in outcomes.iter().flatten() {
+            self.timings.completed(job);
+        }
+        Ok(outcomes)
     }
 
     /// Fails an active job: retried, requeued or discarded by its policy.
@@ -631,6 +641,11 @@ impl Service {
         self.store.conflict_retries()
     }
 
+    /// Job wait and run time histograms (for /metrics).
+    pub fn job_timings(&self) -> &timings::JobTimings {
+        &self.timings
+    }
+
     /// What this gateway's maintenance passes did so far.
     pub fn maintenance_totals(&self) -> &MaintenanceTotals {
         &self.totals
@@ -653,7 +668,9 @@ impl Service {
     /// Drops a queue namespace with both its views.
     pub async fn drop_queue(&self, queue: &str) -> Result<(), CoreError> {
         validate::check_queue_name(queue)?;
-        self.store.drop_queue(queue).await
+        self.store.drop_queue(queue).await?;
+        self.timings.forget(queue);
+        Ok(())
     }
 
     /// Registers a queue schema restored from a dump; returns the job ids indexed.

@@ -19,9 +19,12 @@ use crate::store::tokens::TokenCache;
 pub struct Auth {
     /// Live tokens, cached per gateway.
     pub tokens: TokenCache,
-    /// `/metrics` without a token (else it needs `reader`).
+    /// `getMetrics` (`/metrics`) without a token (else it needs its declared `reader`).
     pub metrics_open: bool,
 }
+
+/// The operationId of `GET /metrics`.
+const METRICS_OPERATION: &str = "getMetrics";
 
 /// The bearer token of a request, if it sent one.
 fn bearer(request: &Request) -> Option<&str> {
@@ -50,19 +53,16 @@ pub async fn authorize(
     let Some(op) = request.extensions().get::<Operation>().copied() else {
         return next.run(request).await;
     };
-    let role = if request.uri().path() == "/metrics" && op.id.is_none() {
-        if auth.metrics_open {
-            Role::Public
-        } else {
-            Role::Reader
-        }
+    // `--metrics-open` lets scrapers in without a token.
+    let role = if op.id == Some(METRICS_OPERATION) && auth.metrics_open {
+        Role::Public
     } else {
         op.role
     };
     if role == Role::Public {
         return next.run(request).await;
     }
-    let operation = op.id.unwrap_or("/metrics");
+    let operation = op.id.unwrap_or("the operation");
     let checked = match bearer(&request) {
         None => Err(CoreError::new(
             ErrorKind::Unauthenticated,

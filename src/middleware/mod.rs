@@ -23,7 +23,7 @@ use crate::core::CoreError;
 pub use admission::AdmissionSlot;
 pub use auth::Auth;
 pub use body_limit::BodyLimit;
-pub use observe::{LATENCY_BUCKETS, RequestMetrics, RequestSeries};
+pub use observe::{LATENCY_BUCKETS, RequestLabels, RequestMetrics};
 pub use operation::{Operation, Protocol, classify};
 pub use queue_admission::{QueueGate, QueueLimits, admit_queues};
 pub use request_id::RequestId;

@@ -1,14 +1,17 @@
 //! Observation of every request, both protocols: the Prometheus request metrics and one
 //! structured log line per request (request id, trace id, operation, status, duration).
 
-use std::collections::HashMap;
-use std::sync::{Arc, Mutex};
+use std::sync::Arc;
 use std::time::Instant;
 
 use axum::extract::{Request, State};
 use axum::middleware::Next;
 use axum::response::Response;
 use opentelemetry::trace::TraceContextExt;
+use prometheus_client::encoding::EncodeLabelSet;
+use prometheus_client::metrics::counter::Counter;
+use prometheus_client::metrics::family::Family;
+use prometheus_client::metrics::histogram::Histogram;
 use tracing_opentelemetry::OpenTelemetrySpanExt;
 
 use super::{Operation, Protocol, RequestId, StackState};
@@ -18,49 +21,44 @@ pub const LATENCY_BUCKETS: &[f64] = &[
     0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0,
 ];
 
-/// Counts and latency of one (operation, protocol, status).
-#[derive(Debug, Clone, Default)]
-pub struct RequestSeries {
-    /// Requests answered.
-    pub count: u64,
-    /// Sum of their durations, seconds.
-    pub seconds: f64,
-    /// Cumulative counts per bucket of `LATENCY_BUCKETS`.
-    pub buckets: Vec<u64>,
+/// The labels of a request series.
+#[derive(Debug, Clone, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct RequestLabels {
+    /// operationId or gRPC method path (a fixed set), `unknown` for unrouted paths.
+    pub operation: &'static str,
+    /// `http` or `grpc`.
+    pub protocol: &'static str,
+    /// HTTP status or gRPC status code.
+    pub status: String,
 }
 
-/// Request metrics keyed by (operation, protocol, status).
-#[derive(Debug, Default)]
+fn latency_histogram() -> Histogram {
+    Histogram::new(LATENCY_BUCKETS.iter().copied())
+}
+
+/// Request counts and latency by (operation, protocol, status); `/metrics` registers clones
+/// (they share the counts).
+#[derive(Debug, Clone)]
 pub struct RequestMetrics {
-    series: Mutex<HashMap<(String, &'static str, String), RequestSeries>>,
+    /// Requests answered.
+    pub requests: Family<RequestLabels, Counter>,
+    /// Their latency, seconds.
+    pub duration: Family<RequestLabels, Histogram, fn() -> Histogram>,
+}
+
+impl Default for RequestMetrics {
+    fn default() -> Self {
+        RequestMetrics {
+            requests: Family::default(),
+            duration: Family::new_with_constructor(latency_histogram),
+        }
+    }
 }
 
 impl RequestMetrics {
-    fn record(&self, operation: &str, protocol: &'static str, status: &str, seconds: f64) {
-        let Ok(mut series) = self.series.lock() else {
-            return;
-        };
-        let entry = series
-            .entry((operation.to_string(), protocol, status.to_string()))
-            .or_insert_with(|| RequestSeries {
-                buckets: vec![0; LATENCY_BUCKETS.len()],
-                ..Default::default()
-            });
-        entry.count += 1;
-        entry.seconds += seconds;
-        for (bucket, bound) in entry.buckets.iter_mut().zip(LATENCY_BUCKETS) {
-            if seconds <= *bound {
-                *bucket += 1;
-            }
-        }
-    }
-
-    /// A copy of every series.
-    pub fn snapshot(&self) -> Vec<((String, &'static str, String), RequestSeries)> {
-        self.series
-            .lock()
-            .map(|s| s.iter().map(|(k, v)| (k.clone(), v.clone())).collect())
-            .unwrap_or_default()
+    fn record(&self, labels: RequestLabels, seconds: f64) {
+        self.requests.get_or_create(&labels).inc();
+        self.duration.get_or_create(&labels).observe(seconds);
     }
 }
 
@@ -96,9 +94,14 @@ pub async fn observe(
         _ => response.status().as_u16().to_string(),
     };
     let operation = op.and_then(|o| o.id).unwrap_or("unknown");
-    state
-        .metrics
-        .record(operation, protocol, &status, elapsed.as_secs_f64());
+    state.metrics.record(
+        RequestLabels {
+            operation,
+            protocol,
+            status: status.clone(),
+        },
+        elapsed.as_secs_f64(),
+    );
     let trace_id = tracing::Span::current()
         .context()
         .span()
