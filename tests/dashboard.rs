@@ -178,9 +178,13 @@ async fn dashboard_in_a_headless_browser() {
         browser.text("body").await
     );
     browser.click("a[href='/ui/login']").await;
+    browser.wait_for_url(&format!("{base}/ui/login")).await;
     browser.type_into("#token", &f.reader).await;
     browser.click("#sign-in").await;
-    assert_eq!(browser.url().await, format!("{base}/ui"));
+    assert_eq!(
+        browser.wait_for_url(&format!("{base}/ui")).await,
+        format!("{base}/ui")
+    );
     let available = "tr[data-queue='billing'] td[data-field='available']";
     assert_eq!(browser.text(available).await, "1");
 
@@ -195,7 +199,10 @@ async fn dashboard_in_a_headless_browser() {
     // A reader may look but not pause.
     browser.goto(&format!("{base}/ui/queues/billing")).await;
     browser.click("#pause").await;
-    assert!(browser.text("h1").await.starts_with("403"));
+    let refused = browser
+        .wait_for_text("h1", Duration::from_secs(10), |t| t.starts_with("403"))
+        .await;
+    assert!(refused.starts_with("403"), "{refused}");
     assert!(browser.text("#error-message").await.contains("admin"));
     assert!(
         !f.admin.paused("billing").await,
@@ -205,12 +212,17 @@ async fn dashboard_in_a_headless_browser() {
     // An admin pauses the queue.
     browser.goto(&format!("{base}/ui")).await;
     browser.click("header form button").await;
+    browser.wait_for_url(&format!("{base}/ui/login")).await;
     browser.type_into("#token", &f.admin_token).await;
     browser.click("#sign-in").await;
+    browser.wait_for_url(&format!("{base}/ui")).await;
     browser.goto(&format!("{base}/ui/queues/billing")).await;
     browser.click("#pause").await;
+    let status = browser
+        .wait_for_text("#status", Duration::from_secs(10), |t| t == "paused")
+        .await;
+    assert_eq!(status, "paused");
     assert_eq!(browser.url().await, format!("{base}/ui/queues/billing"));
-    assert_eq!(browser.text("#status").await, "paused");
     assert!(
         f.admin.paused("billing").await,
         "paused through the dashboard"
@@ -235,6 +247,10 @@ async fn dashboard_in_a_headless_browser() {
     browser
         .click(&format!("tr[data-job='{dead}'] button.retry"))
         .await;
+    let shown = browser
+        .wait_for_text("h1", Duration::from_secs(10), |t| t.contains("(0)"))
+        .await;
+    assert!(shown.contains("(0)"), "{shown}");
     assert_eq!(browser.url().await, format!("{base}/ui/dead-letters"));
     assert!(
         browser
@@ -267,6 +283,9 @@ async fn dashboard_in_a_headless_browser() {
     browser.goto(&format!("{base}/ui/workflows")).await;
     browser
         .click(&format!("tr[data-workflow='{workflow_id}'] a"))
+        .await;
+    browser
+        .wait_for_url(&format!("{base}/ui/workflows/{workflow_id}"))
         .await;
     assert_eq!(
         browser.text("tr[data-step='close'] td:nth-child(4)").await,

@@ -204,6 +204,19 @@ impl Browser {
         }
     }
 
+    /// Waits until the browser shows `url` (a click that submits a form may return before the
+    /// next page has loaded); the last address seen.
+    pub async fn wait_for_url(&self, url: &str) -> String {
+        let deadline = Instant::now() + Duration::from_secs(10);
+        loop {
+            let now = self.url().await;
+            if now == url || Instant::now() >= deadline {
+                return now;
+            }
+            tokio::time::sleep(Duration::from_millis(50)).await;
+        }
+    }
+
     /// Ends the session and the driver.
     pub async fn quit(mut self) {
         let _ = self.http.delete(&self.base).send().await;
