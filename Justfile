@@ -15,7 +15,7 @@ conformance levels="0":
 # Format and lint as CI does.
 lint:
     cargo fmt --all -- --check
-    cargo clippy --all-targets -- -D warnings
+    cargo clippy --all-targets --all-features -- -D warnings
 
 # The jobs/outboxes/streams guide's recipes, run and checked against a private pgvs3 (guides/).
 guides:
@@ -23,7 +23,7 @@ guides:
 
 # Benchmark against a plain-SQL floor (private PostgreSQL unless DATABASE_URL); e.g. `just bench --scenario jobs`.
 bench *args:
-    cargo run --release --bin pgvs3-bench -- {{args}}
+    cargo run --release --features bench --bin pgvs3-bench -- {{args}}
 
 # What CI runs.
 ci:

@@ -107,13 +107,8 @@ include!(concat!(env!("OUT_DIR"), "/grpc_operations.rs"));
 pub const FILE_DESCRIPTOR_SET: &[u8] =
     include_bytes!(concat!(env!("OUT_DIR"), "/grpc_descriptor.bin"));
 
-/// The gRPC routes of the service, to merge into the HTTP router (one port) or serve alone. Its
-/// streams never see a shutdown: prefer `router_until`.
-pub fn router(service: Arc<Service>, max_message_bytes: usize) -> axum::Router {
-    routes(service, max_message_bytes, push::Shutdown::default())
-}
-
-/// The gRPC routes; long-lived streams end (UNAVAILABLE) once `shutdown` holds true.
+/// The gRPC routes of the service, to merge into the HTTP router (one port) or serve alone;
+/// long-lived streams end (UNAVAILABLE) once `shutdown` holds true.
 pub fn router_until(
     service: Arc<Service>,
     max_message_bytes: usize,

@@ -64,14 +64,9 @@ pub fn respond<R: IntoResponse>(ctx: &RequestContext, result: Result<R, ApiError
     }
 }
 
-/// The HTTP router of the service, with OJS answers for unknown routes and methods. Its
-/// server-sent event streams never see a shutdown: prefer `router_until`.
-pub fn router(service: Arc<Service>) -> axum::Router {
-    routes(HttpAdapter::new(service, Shutdown::default()))
-}
-
-/// The HTTP router; server-sent event streams end (with a `stream.error` frame) once `shutdown`
-/// holds true, so a graceful shutdown does not wait on them.
+/// The HTTP router of the service, with OJS answers for unknown routes and methods; server-sent
+/// event streams end (with a `stream.error` frame) once `shutdown` holds true, so a graceful
+/// shutdown does not wait on them.
 pub fn router_until(service: Arc<Service>, shutdown: watch::Receiver<bool>) -> axum::Router {
     routes(HttpAdapter::new(service, Shutdown::new(shutdown)))
 }
