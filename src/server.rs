@@ -177,6 +177,8 @@ pub async fn start(settings: ServerSettings) -> Result<RunningServer, StartError
         // A read-only gateway's sessions cannot write: migrating is for the writable ones.
         store.migrate().await?;
     }
+    // One limit: the middleware enforces it, the manifest reports it.
+    settings.service.max_body_bytes = settings.max_body_bytes;
     let service = Arc::new(Service::new(store.clone(), settings.service.clone()));
     let auth = if settings.auth {
         Some(middleware::Auth {

@@ -392,6 +392,17 @@ async fn oversized_body_is_413_and_changes_nothing() {
 }
 
 #[tokio::test]
+async fn the_manifest_reports_the_body_limit_in_force() {
+    let app = common::spawn_app_with(|s| s.max_body_bytes = 4096).await;
+    let manifest = get(&app, "/ojs/manifest").await.expect_ok(200).clone();
+    assert_eq!(manifest["limits"]["max_body_bytes"], 4096, "{manifest}");
+    let body = json!({"type": "email.send", "args": ["x".repeat(5000)]});
+    enqueue(&app, &body)
+        .await
+        .expect_error(413, "invalid_request");
+}
+
+#[tokio::test]
 async fn chunked_oversized_body_is_413() {
     use tokio::io::{AsyncReadExt, AsyncWriteExt};
 

@@ -53,6 +53,8 @@ pub struct ServiceSettings {
     /// Most long-lived streams open at once (server-sent events, gRPC server streams); beyond
     /// it a new one is refused with 429 / RESOURCE_EXHAUSTED.
     pub max_streams: usize,
+    /// Largest request body the middleware accepts (reported by the manifest).
+    pub max_body_bytes: usize,
 }
 
 impl Default for ServiceSettings {
@@ -68,6 +70,7 @@ impl Default for ServiceSettings {
             maintenance_batch: 1000,
             max_batch_jobs: 1000,
             max_streams: 1000,
+            max_body_bytes: 1_048_576,
         }
     }
 }
@@ -213,7 +216,7 @@ impl Service {
                 "queue-namespaces",
             ],
             limits: json!({
-                "max_body_bytes": 1_048_576,
+                "max_body_bytes": self.settings.max_body_bytes,
                 "max_fetch_queues": self.settings.max_fetch_queues,
                 "max_fetch_count": self.settings.max_fetch_count,
                 "max_fetch_wait_ms": self.settings.max_fetch_wait_ms,
