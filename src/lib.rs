@@ -4,6 +4,7 @@
 
 pub mod cluster;
 pub mod config;
+pub mod contract;
 pub mod core;
 pub mod grpc;
 pub mod http;

@@ -157,6 +157,23 @@ async fn serve(
     Ok(addr)
 }
 
+/// The middleware stack's rejections, rendered by the adapter of the request's protocol.
+pub fn reject(
+    protocol: middleware::Protocol,
+    error: crate::core::CoreError,
+    request_id: &str,
+) -> axum::response::Response {
+    use axum::response::IntoResponse;
+    match protocol {
+        middleware::Protocol::Http => crate::http::ApiError::from(error)
+            .with_request_id(request_id)
+            .into_response(),
+        middleware::Protocol::Grpc => crate::grpc::status_of(&error, request_id)
+            .into_http::<axum::body::Body>()
+            .into_response(),
+    }
+}
+
 /// Connects, migrates and starts serving.
 pub async fn start(settings: ServerSettings) -> Result<RunningServer, StartError> {
     let mut settings = settings;
@@ -195,6 +212,7 @@ pub async fn start(settings: ServerSettings) -> Result<RunningServer, StartError
         settings.max_body_bytes,
         auth,
         settings.json_media_type,
+        reject,
     );
     // Streaming RPCs end when shutdown begins, so graceful shutdown does not wait on them.
     let (shutdown, _) = watch::channel(false);

@@ -401,6 +401,7 @@ async fn shutdown_ends_the_stream() {
             1 << 20,
             None,
             pgvs3::http::OJS_MEDIA_TYPE,
+            pgvs3::server::reject,
         ),
     );
     let listener = tokio::net::TcpListener::bind("127.0.0.1:0")

@@ -90,18 +90,7 @@ fn answer<T>(
         .map_err(|e| status_of(&e, id))
 }
 
-/// One gRPC method with whether a read-only gateway serves it and the role it needs.
-#[derive(Debug, Clone, Copy)]
-pub struct GrpcOperation {
-    /// `/package.Service/Method`.
-    pub path: &'static str,
-    /// Declared `idempotency_level = NO_SIDE_EFFECTS`.
-    pub read_only: bool,
-    /// Declared `(pgvs3.v1.role)`.
-    pub role: crate::core::Role,
-}
-
-include!(concat!(env!("OUT_DIR"), "/grpc_operations.rs"));
+pub use crate::contract::{GRPC_OPERATIONS, GrpcOperation};
 
 /// The descriptor set of every proto in `proto/`, as build.rs wrote it.
 pub const FILE_DESCRIPTOR_SET: &[u8] =

@@ -10,6 +10,7 @@ mod sse;
 /// Code generated from `openapi/pgvs3.yaml` by build.rs.
 #[allow(missing_docs, clippy::all)]
 pub mod api {
+    pub use crate::contract::{HTTP_OPERATIONS, HttpOperation};
     include!(concat!(env!("OUT_DIR"), "/openapi.rs"));
 }
 
@@ -34,8 +35,7 @@ pub fn present<'de, D: serde::Deserializer<'de>>(
     <serde_json::Value as serde::Deserialize>::deserialize(d).map(Some)
 }
 
-/// The OJS media type of every JSON response.
-pub const OJS_MEDIA_TYPE: &str = "application/openjobspec+json";
+pub use crate::contract::OJS_MEDIA_TYPE;
 
 /// A JSON response with the OJS media type.
 pub fn ojs_json<T: Serialize>(status: StatusCode, body: &T) -> Response {

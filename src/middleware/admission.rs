@@ -13,7 +13,7 @@ use bytes::Bytes;
 use tokio::sync::OwnedSemaphorePermit;
 
 use super::queue_admission::QueuePermits;
-use super::{Operation, Protocol, RequestId, StackState, reject};
+use super::{Operation, Protocol, RequestId, StackState};
 use crate::core::{CoreError, ErrorKind};
 
 /// The admission slot of one request (its global permit and its per-queue permits); an operation
@@ -85,7 +85,7 @@ pub async fn admit(
             .get::<RequestId>()
             .map(|r| r.0.clone())
             .unwrap_or_default();
-        return reject(
+        return state.reject(
             protocol,
             CoreError::new(
                 ErrorKind::RateLimited,

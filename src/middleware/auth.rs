@@ -10,7 +10,7 @@ use axum::extract::{Request, State};
 use axum::middleware::Next;
 use axum::response::Response;
 
-use super::{Operation, RequestId, StackState, reject};
+use super::{Operation, RequestId, StackState};
 use crate::core::access::token_hash;
 use crate::core::{CoreError, ErrorKind, Role};
 use crate::store::tokens::TokenCache;
@@ -88,7 +88,7 @@ pub async fn authorize(
                 .get::<RequestId>()
                 .map(|r| r.0.clone())
                 .unwrap_or_default();
-            reject(op.protocol, error, &id)
+            state.reject(op.protocol, error, &id)
         }
     }
 }

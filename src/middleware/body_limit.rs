@@ -8,7 +8,7 @@ use axum::middleware::Next;
 use axum::response::Response;
 use http_body_util::Limited;
 
-use super::{Operation, Protocol, RequestId, StackState, reject};
+use super::{Operation, Protocol, RequestId, StackState};
 use crate::core::{CoreError, ErrorKind};
 
 /// The body limit in force, for extractors that report it.
@@ -37,7 +37,7 @@ pub async fn limit(
             .get::<RequestId>()
             .map(|r| r.0.clone())
             .unwrap_or_default();
-        return reject(
+        return state.reject(
             protocol,
             CoreError::new(
                 ErrorKind::PayloadTooLarge,

@@ -9,9 +9,9 @@ use axum::middleware::Next;
 use axum::response::Response;
 use http::HeaderValue;
 
-use super::{Operation, Protocol, RequestId, StackState, reject};
+use super::{Operation, Protocol, RequestId, StackState};
+use crate::contract::OJS_MEDIA_TYPE;
 use crate::core::{CoreError, ErrorKind};
-use crate::http::OJS_MEDIA_TYPE;
 
 /// The OJS version spoken.
 pub const OJS_VERSION: &str = "1.0";
@@ -40,7 +40,7 @@ pub async fn ojs_headers(
                 .get::<RequestId>()
                 .map(|r| r.0.clone())
                 .unwrap_or_default();
-            reject(
+            state.reject(
                 Protocol::Http,
                 CoreError::new(
                     ErrorKind::Unsupported,

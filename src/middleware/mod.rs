@@ -16,7 +16,7 @@ mod trace_context;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
 
-use axum::response::{IntoResponse, Response};
+use axum::response::Response;
 use tokio::sync::Semaphore;
 
 use crate::core::CoreError;
@@ -45,12 +45,14 @@ pub struct StackState {
     pub auth: Option<Auth>,
     /// The Content-Type of JSON answers over HTTP (`--http-content-type`).
     pub json_media_type: &'static str,
+    /// Renders the stack's rejections.
+    pub rejecter: Rejecter,
 }
 
 impl StackState {
     /// A stack allowing `max_in_flight` requests at once (`queue_max_in_flight` per queue, 0 = no
     /// per-queue limit) and bodies up to `max_body_bytes`, checking tokens with `auth`, answering
-    /// JSON as `json_media_type`.
+    /// JSON as `json_media_type`, rendering rejections with `rejecter`.
     pub fn new(
         read_only: bool,
         max_in_flight: usize,
@@ -58,6 +60,7 @@ impl StackState {
         max_body_bytes: usize,
         auth: Option<Auth>,
         json_media_type: &'static str,
+        rejecter: Rejecter,
     ) -> Arc<Self> {
         Arc::new(StackState {
             read_only: AtomicBool::new(read_only),
@@ -67,6 +70,7 @@ impl StackState {
             metrics: RequestMetrics::default(),
             auth,
             json_media_type,
+            rejecter,
         })
     }
 
@@ -114,14 +118,13 @@ pub fn apply(router: axum::Router, state: Arc<StackState>) -> axum::Router {
         .layer(axum::middleware::from_fn(request_id::request_id))
 }
 
-/// A rejection in the terms of the request's protocol.
-pub fn reject(protocol: Protocol, error: CoreError, request_id: &str) -> Response {
-    match protocol {
-        Protocol::Http => crate::http::ApiError::from(error)
-            .with_request_id(request_id)
-            .into_response(),
-        Protocol::Grpc => crate::grpc::status_of(&error, request_id)
-            .into_http::<axum::body::Body>()
-            .into_response(),
+/// Renders a rejection in the terms of the request's protocol (HTTP status + OJS envelope, or
+/// gRPC status + ErrorInfo). The server hands it in, so the stack imports no adapter.
+pub type Rejecter = fn(Protocol, CoreError, &str) -> Response;
+
+impl StackState {
+    /// A rejection in the terms of the request's protocol.
+    pub fn reject(&self, protocol: Protocol, error: CoreError, request_id: &str) -> Response {
+        (self.rejecter)(protocol, error, request_id)
     }
 }

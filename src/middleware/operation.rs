@@ -4,9 +4,8 @@ use axum::extract::Request;
 use axum::middleware::Next;
 use axum::response::Response;
 
+use crate::contract::{GRPC_OPERATIONS, HTTP_OPERATIONS};
 use crate::core::Role;
-use crate::grpc::GRPC_OPERATIONS;
-use crate::http::api::HTTP_OPERATIONS;
 
 /// gRPC services outside our protos that only read.
 const READ_ONLY_SERVICES: &[&str] = &[

@@ -30,7 +30,7 @@ use axum::response::Response;
 use bytes::Bytes;
 use serde_json::Value;
 
-use super::{AdmissionSlot, Operation, Protocol, RequestId, StackState, reject};
+use super::{AdmissionSlot, Operation, Protocol, RequestId, StackState};
 use crate::core::{CoreError, ErrorKind, Grant};
 
 /// In-flight request counts per queue: one counting semaphore per queue, kept in one map so a
@@ -347,13 +347,13 @@ pub async fn admit(
     if let Some(grant) = scope
         && let Err(error) = grant.require_queues(queues.iter().map(String::as_str))
     {
-        return reject(Protocol::Http, error, &request_id(&request));
+        return state.reject(Protocol::Http, error, &request_id(&request));
     }
     if queues.is_empty() || !limits.enabled() {
         return next.run(request).await;
     }
     match limits.try_admit(queues) {
-        Err(full) => reject(
+        Err(full) => state.reject(
             Protocol::Http,
             full_queue(limits, full),
             &request_id(&request),

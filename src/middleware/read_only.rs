@@ -6,7 +6,7 @@ use axum::extract::{Request, State};
 use axum::middleware::Next;
 use axum::response::Response;
 
-use super::{Operation, RequestId, StackState, reject};
+use super::{Operation, RequestId, StackState};
 use crate::core::{CoreError, ErrorKind};
 
 /// Refuses mutations while the gateway is read-only.
@@ -20,7 +20,7 @@ pub async fn gate(State(state): State<Arc<StackState>>, request: Request, next: 
             .get::<RequestId>()
             .map(|r| r.0.clone())
             .unwrap_or_default();
-        return reject(
+        return state.reject(
             op.protocol,
             CoreError::new(
                 ErrorKind::ReadOnly,
