@@ -15,7 +15,6 @@
 mod common;
 mod jsonpath;
 mod matchers;
-mod mini_regex;
 mod runner;
 mod template;
 
