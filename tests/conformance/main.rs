@@ -4,7 +4,7 @@
 //! certificate made here, reached through a local forwarder that opens TLS to the server).
 //!
 //! Environment:
-//! - `OJS_LEVELS`: comma list of levels to run (default `0`), e.g. `OJS_LEVELS=0,1`.
+//! - `OJS_LEVELS`: comma list of levels to run (default all, `0,1,2,3,4`), e.g. `OJS_LEVELS=0,1`.
 //! - `OJS_CASE`: only cases whose file path or test id contains this substring.
 //! - `OJS_PARALLEL`: cases run at the same time (default 16: the cron cases wait over a minute, so they overlap the rest).
 //! - `OJS_CONFORMANCE_DIR`: the suite directory. Unset: no case runs and the test passes, saying
