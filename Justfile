@@ -8,8 +8,10 @@ serve:
 test:
     cargo test
 
-# OJS conformance cases of the given levels, e.g. `just conformance 0,1`.
+# OJS conformance cases of the given levels, e.g. `just conformance 0,1`; the suite is
+# OJS_CONFORMANCE_DIR (here a run without it would only print SKIPPED, so it is an error).
 conformance levels="0":
+    @: "${OJS_CONFORMANCE_DIR:?set OJS_CONFORMANCE_DIR to the suite (…/ojs-conformance)}"
     OJS_LEVELS={{levels}} cargo test --test conformance -- --nocapture
 
 # Format and lint as CI does.

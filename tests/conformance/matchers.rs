@@ -13,7 +13,7 @@
 //! Unknown `string:`/`number:`/`array:` matchers and unknown `$` operators are errors.
 
 use crate::jsonpath::values_equal;
-use crate::mini_regex::Regex;
+use regex::Regex;
 use serde_json::{Map, Value};
 
 pub fn check(matcher: &Value, actual: Option<&Value>) -> Result<(), String> {
@@ -184,7 +184,7 @@ fn check_string(m: &str, actual: Option<&Value>) -> Result<(), String> {
         .strip_prefix("string:pattern(")
         .and_then(|r| r.strip_suffix(')'))
     {
-        let re = Regex::new(pattern)?;
+        let re = pattern_regex(pattern)?;
         return ensure(
             as_str.is_some_and(|s| re.is_match(s)),
             &format!("a string matching /{pattern}/"),
@@ -297,7 +297,7 @@ fn check_operators(ops: &Map<String, Value>, actual: Option<&Value>) -> Result<(
             }
             "$match" => {
                 let pattern = arg.as_str().ok_or("$match needs a string")?;
-                let re = Regex::new(pattern)?;
+                let re = pattern_regex(pattern)?;
                 ensure(
                     actual
                         .and_then(Value::as_str)
@@ -402,6 +402,40 @@ fn check_size(arg: &Value, len: usize) -> Result<(), String> {
     Ok(())
 }
 
+/// Compiles a case's pattern (Go RE2 syntax) with RE2's meaning of the Perl classes: in Go
+/// `\d \w \s \b` are ASCII, in the regex crate Unicode (`\d` would accept "٣"). Each class
+/// becomes its ASCII set; inside `[...]` that is a nested class, which the regex crate unions.
+/// Matching is a search, like Go's `MatchString`.
+fn pattern_regex(pattern: &str) -> Result<Regex, String> {
+    let mut translated = String::with_capacity(pattern.len());
+    let mut chars = pattern.chars();
+    while let Some(c) = chars.next() {
+        if c != '\\' {
+            translated.push(c);
+            continue;
+        }
+        let Some(e) = chars.next() else {
+            translated.push(c); // trailing backslash: let the regex crate reject it
+            break;
+        };
+        match e {
+            'd' => translated.push_str("[0-9]"),
+            'D' => translated.push_str("[^0-9]"),
+            'w' => translated.push_str("[0-9A-Za-z_]"),
+            'W' => translated.push_str("[^0-9A-Za-z_]"),
+            's' => translated.push_str("[\\t\\n\\f\\r ]"),
+            'S' => translated.push_str("[^\\t\\n\\f\\r ]"),
+            'b' => translated.push_str("(?-u:\\b)"),
+            'B' => translated.push_str("(?-u:\\B)"),
+            _ => {
+                translated.push(c);
+                translated.push(e);
+            }
+        }
+    }
+    Regex::new(&translated).map_err(|e| format!("invalid regex {pattern:?}: {e}"))
+}
+
 fn is_uuid(s: &str) -> bool {
     let b = s.as_bytes();
     b.len() == 36
@@ -476,7 +510,7 @@ pub fn is_rfc3339(s: &str) -> bool {
 
 #[cfg(test)]
 mod tests {
-    use super::{check, is_rfc3339};
+    use super::{check, is_rfc3339, pattern_regex};
     use serde_json::{Value, json};
 
     fn ok(m: Value, v: Value) {
@@ -722,6 +756,70 @@ mod tests {
         bad(json!({"$eq": {"a": [1, 2]}}), json!({"a": [1, 2], "b": 0}));
         bad(json!({"$eq": "absent"}), json!(null));
         assert!(check(&json!({"$regex": "x"}), Some(&json!("x"))).is_err());
+    }
+
+    fn m(p: &str, t: &str) -> bool {
+        pattern_regex(p).expect("valid test pattern").is_match(t)
+    }
+
+    #[test]
+    fn matchers_patterns_search() {
+        assert!(m("json", "application/json"));
+        assert!(m(
+            "application/(openjobspec\\+)?json",
+            "application/openjobspec+json"
+        ));
+        assert!(m(
+            "application/(openjobspec\\+)?json",
+            "application/json; charset=utf-8"
+        ));
+        assert!(!m("application/(openjobspec\\+)?json", "text/plain"));
+    }
+
+    #[test]
+    fn matchers_patterns_anchors_classes_counts() {
+        let v7 = "^[0-9a-f]{8}-[0-9a-f]{4}-7[0-9a-f]{3}-[89ab][0-9a-f]{3}-[0-9a-f]{12}$";
+        assert!(m(v7, "01890a5d-ac96-774b-bcce-b302099a8057"));
+        assert!(!m(v7, "01890a5d-ac96-474b-bcce-b302099a8057"));
+        assert!(!m(v7, "x01890a5d-ac96-774b-bcce-b302099a8057"));
+        assert!(m("^\\d{2,3}$", "123"));
+        assert!(!m("^\\d{2,3}$", "1234"));
+        assert!(m("^a|b$", "xxb"));
+        assert!(m("^(ab)+c*$", "ababcc"));
+        assert!(!m("^(ab)+$", "aba"));
+        assert!(m("^[^x]*$", "abc"));
+        assert!(!m("^[^x]*$", "axc"));
+        assert!(m("^test\\..*", "test.echo"));
+        assert!(m("^(a*)*$", "aaaa"));
+        assert!(m("^\\w+\\s\\w+$", "hello world"));
+    }
+
+    #[test]
+    fn matchers_patterns_perl_classes_are_ascii_as_in_re2() {
+        assert!(!m("^\\d$", "\u{663}")); // ARABIC-INDIC DIGIT THREE
+        assert!(m("^\\D$", "\u{663}"));
+        assert!(!m("^\\w$", "é"));
+        assert!(m("^\\W$", "é"));
+        assert!(!m("^\\s$", "\u{a0}"));
+        assert!(!m("^\\s$", "\u{b}")); // RE2's \s has no vertical tab
+        assert!(m("^\\s$", "\u{c}"));
+        assert!(m("^[\\d_]+$", "1_2"));
+        assert!(!m("^[\\d_]+$", "1a"));
+        assert!(m("^[^\\s]+$", "ab"));
+        assert!(!m("^[^\\s]+$", "a b"));
+        assert!(m("\\bx", "éx"));
+        assert!(!m("\\Bx", "éx"));
+        assert!(m("^a\\\\d$", "a\\d"));
+        assert!(m("^.$", "é"));
+    }
+
+    #[test]
+    fn matchers_patterns_reject_unsupported() {
+        for p in ["(?=a)", "a)", "[a", "*a", "\\q", "a\\"] {
+            assert!(pattern_regex(p).is_err(), "{p:?} should not compile");
+        }
+        assert!(check(&json!({"$match": "[a"}), Some(&json!("[a"))).is_err());
+        assert!(check(&json!("string:pattern([a)"), Some(&json!("[a"))).is_err());
     }
 
     #[test]
