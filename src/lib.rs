@@ -11,6 +11,7 @@ pub mod http;
 pub mod maintenance;
 pub mod metrics;
 pub mod middleware;
+pub mod model;
 pub mod server;
 pub mod store;
 pub mod telemetry;

@@ -1,15 +1,12 @@
-//! The dependency rule, read from the sources' `crate::` paths: the adapters (http, grpc, ui,
-//! metrics) depend on the core, never the other way; the middleware imports no adapter; no two
-//! top-level modules import each other, but for the one cycle still to be broken (core and store,
-//! issue #16), which the test also requires to be listed as long as it exists.
+//! The dependency rule, read from the sources' `crate::` paths: model ← store, core ← adapters
+//! (http, grpc, ui, metrics); the middleware imports no adapter; the model imports nothing of the
+//! crate; no two top-level modules import each other.
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::path::Path;
 
 /// The protocol and presentation adapters.
 const ADAPTERS: [&str; 4] = ["http", "grpc", "ui", "metrics"];
-/// Mutual imports not yet broken (the store returns the core's types).
-const KNOWN_CYCLES: [(&str, &str); 1] = [("core", "store")];
 
 /// The top-level module of a source file (`src/core/job.rs` → `core`), `None` for binaries.
 fn module_of(path: &Path, src: &Path) -> Option<String> {
@@ -75,7 +72,16 @@ fn the_core_and_the_middleware_import_no_adapter() {
 }
 
 #[test]
-fn no_two_modules_import_each_other_but_the_known_cycle() {
+fn the_model_and_the_store_stand_below_the_core() {
+    let graph = graph();
+    let model = graph.get("model").cloned().unwrap_or_default();
+    assert!(model.is_empty(), "model imports {model:?}");
+    let store = graph.get("store").cloned().unwrap_or_default();
+    assert!(!store.contains("core"), "store imports core: {store:?}");
+}
+
+#[test]
+fn no_two_modules_import_each_other() {
     let graph = graph();
     let mut cycles = Vec::new();
     for (a, uses) in &graph {
@@ -85,14 +91,7 @@ fn no_two_modules_import_each_other_but_the_known_cycle() {
             }
         }
     }
-    let known: Vec<(String, String)> = KNOWN_CYCLES
-        .iter()
-        .map(|(a, b)| (a.to_string(), b.to_string()))
-        .collect();
-    assert_eq!(
-        cycles, known,
-        "mutual imports between top-level modules (a broken cycle leaves KNOWN_CYCLES too)"
-    );
+    assert_eq!(cycles, [], "mutual imports between top-level modules");
 }
 
 #[test]

@@ -1,51 +1,8 @@
 //! The OJS event log: job lifecycle events recorded by the SQL transitions, read with a cursor.
 
-use chrono::{DateTime, Utc};
-use serde_json::Value;
-use uuid::Uuid;
-
 use super::validate::check_queue_name;
 use super::{CoreError, Service};
-
-/// A position in the event log, which is ordered by (writing transaction, sequence number).
-/// As text, `txid-seq`; a bare number (an older server's cursor) is a seq in txid 0.
-#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, PartialOrd, Ord)]
-pub struct Cursor {
-    /// The transaction that wrote the event (`xid8`).
-    pub txid: i64,
-    /// The event's sequence number.
-    pub seq: i64,
-}
-
-impl std::fmt::Display for Cursor {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        write!(f, "{}-{}", self.txid, self.seq)
-    }
-}
-
-/// One recorded event.
-#[derive(Debug, Clone, PartialEq, sqlx::FromRow)]
-pub struct Event {
-    /// The transaction that wrote it (first part of its log position).
-    pub txid: i64,
-    /// Its sequence number (second part of its log position).
-    pub seq: i64,
-    /// Event id.
-    pub id: Uuid,
-    /// e.g. `job.completed`.
-    #[sqlx(rename = "type")]
-    pub event_type: String,
-    /// The job.
-    pub job_id: Option<Uuid>,
-    /// Its queue.
-    pub queue: Option<String>,
-    /// Its type.
-    pub job_type: Option<String>,
-    /// Event data.
-    pub data: Value,
-    /// When it happened.
-    pub time: DateTime<Utc>,
-}
+pub use crate::model::events::{Cursor, Event};
 
 /// Filters of an event page; empty lists match everything.
 #[derive(Debug, Clone, Default)]
@@ -60,16 +17,6 @@ pub struct EventQuery {
     pub job_types: Vec<String>,
     /// Page size (default 100, at most 1000).
     pub limit: Option<i64>,
-}
-
-impl Event {
-    /// The event's position in the log: a cursor that resumes after it.
-    pub fn cursor(&self) -> Cursor {
-        Cursor {
-            txid: self.txid,
-            seq: self.seq,
-        }
-    }
 }
 
 /// A page of events and the cursor after it.

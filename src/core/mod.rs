@@ -4,9 +4,9 @@
 pub mod access;
 pub mod browse;
 pub mod cron;
-pub mod error;
+pub use crate::model::error;
 pub mod events;
-pub mod job;
+pub use crate::model::job;
 pub mod page;
 pub mod push;
 pub mod stream;

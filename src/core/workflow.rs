@@ -11,6 +11,7 @@ use uuid::Uuid;
 use super::cron::{Schedule, parse_time_zone};
 use super::validate::new_job_row;
 use super::{CoreError, EnqueueJob, Service};
+pub use crate::model::workflow::CronEntry;
 
 /// Most steps one workflow may have.
 pub const MAX_WORKFLOW_STEPS: usize = 1000;
@@ -157,44 +158,6 @@ pub struct NewCron {
     pub overlap_policy: Option<String>,
     /// The job each firing enqueues.
     pub template: EnqueueJob,
-}
-
-/// A stored cron registration.
-#[derive(Debug, Clone, PartialEq, sqlx::FromRow)]
-pub struct CronEntry {
-    /// Name.
-    pub name: String,
-    /// Expression.
-    pub expression: String,
-    /// Time zone.
-    pub timezone: String,
-    /// Overlap policy.
-    pub overlap_policy: String,
-    /// Job template (type, args, meta, options).
-    pub job_template: Value,
-    /// Whether it fires.
-    pub enabled: bool,
-    /// Next firing.
-    pub next_run_at: Option<DateTime<Utc>>,
-    /// Last firing.
-    pub last_run_at: Option<DateTime<Utc>>,
-    /// Job of the last firing.
-    pub last_job_id: Option<Uuid>,
-    /// When registered.
-    pub created_at: DateTime<Utc>,
-}
-
-impl CronEntry {
-    /// The job template with the options that were set (stored templates hold every option,
-    /// null when unset).
-    pub fn template(&self) -> serde_json::Map<String, Value> {
-        let mut template = self.job_template.as_object().cloned().unwrap_or_default();
-        if let Some(Value::Object(options)) = template.get_mut("options") {
-            options.retain(|_, v| !v.is_null());
-        }
-        template.retain(|_, v| !v.is_null());
-        template
-    }
 }
 
 fn check_step_name(name: &str) -> Result<(), CoreError> {

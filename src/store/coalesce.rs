@@ -15,7 +15,7 @@ use std::sync::{Arc, Mutex};
 
 use tokio::sync::oneshot;
 
-use crate::core::{CoreError, ErrorKind};
+use crate::model::error::{CoreError, ErrorKind};
 
 /// The statement that runs a merged group: one outcome per item, in the items' order.
 pub type Runner<K, I, O> =

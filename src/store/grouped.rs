@@ -13,7 +13,8 @@ use uuid::Uuid;
 use super::coalesce::{Coalescer, Runner};
 use super::routes::{Routes, is_stale};
 use super::{JobRow, jobs, map_db_error};
-use crate::core::{CoreError, ErrorKind, Job};
+use crate::model::error::{CoreError, ErrorKind};
+use crate::model::job::Job;
 
 /// Most items one grouped statement takes.
 const MAX_GROUP: usize = 1000;

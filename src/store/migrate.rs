@@ -3,7 +3,7 @@
 use sqlx::PgPool;
 
 use super::map_db_error;
-use crate::core::CoreError;
+use crate::model::error::CoreError;
 
 /// Catalog migrations in order: (version, name, SQL).
 const MIGRATIONS: &[Migration] = &[

@@ -5,6 +5,7 @@ mod coalesce;
 mod grouped;
 pub mod migrate;
 mod routes;
+mod rows;
 pub mod signals;
 mod stream;
 pub mod tokens;
@@ -16,10 +17,11 @@ use serde_json::{Map, Value};
 use sqlx::postgres::{PgConnectOptions, PgPool, PgPoolOptions};
 use uuid::Uuid;
 
-use crate::core::job::RetryPolicy;
-use crate::core::workflow::CronEntry;
-use crate::core::{CoreError, ErrorKind, Job, JobState, MaintenanceReport, QueueSummary};
+use crate::model::error::{CoreError, ErrorKind};
+use crate::model::job::{Job, JobState, MaintenanceReport, QueueSummary, RetryPolicy};
+use crate::model::workflow::CronEntry;
 pub use grouped::{AckItem, GroupingStats};
+use rows::{CronRow, EventRow};
 pub use signals::{Signals, Wakeups};
 
 /// The database handle of the service.
@@ -768,12 +770,17 @@ impl Store {
         &self,
         id: Uuid,
         limit: i32,
-    ) -> Result<Vec<crate::core::events::Event>, CoreError> {
-        sqlx::query_as("SELECT * FROM s3p.job_events($1, $2)")
+    ) -> Result<Vec<crate::model::events::Event>, CoreError> {
+        sqlx::query_as::<_, EventRow>("SELECT * FROM s3p.job_events($1, $2)")
             .bind(id)
             .bind(limit)
             .fetch_all(&self.pool)
             .await
+            .map(|rows| {
+                rows.into_iter()
+                    .map(crate::model::events::Event::from)
+                    .collect()
+            })
             .map_err(map_db_error)
     }
 
@@ -1023,7 +1030,7 @@ impl Store {
         template: &Value,
         first_run: Option<DateTime<Utc>>,
     ) -> Result<CronEntry, CoreError> {
-        sqlx::query_as("SELECT * FROM s3p.cron_register($1, $2, $3, $4, $5, $6)")
+        sqlx::query_as::<_, CronRow>("SELECT * FROM s3p.cron_register($1, $2, $3, $4, $5, $6)")
             .bind(name)
             .bind(expression)
             .bind(timezone)
@@ -1032,35 +1039,39 @@ impl Store {
             .bind(first_run)
             .fetch_one(&self.pool)
             .await
+            .map(CronEntry::from)
             .map_err(map_db_error)
     }
 
     /// `s3p.cron_unregister`.
     #[tracing::instrument(name = "db", skip_all, fields(op = "unregister_cron"))]
     pub async fn unregister_cron(&self, name: &str) -> Result<CronEntry, CoreError> {
-        sqlx::query_as("SELECT * FROM s3p.cron_unregister($1)")
+        sqlx::query_as::<_, CronRow>("SELECT * FROM s3p.cron_unregister($1)")
             .bind(name)
             .fetch_one(&self.pool)
             .await
+            .map(CronEntry::from)
             .map_err(map_db_error)
     }
 
     /// `s3p.cron_list`.
     #[tracing::instrument(name = "db", skip_all, fields(op = "list_crons"))]
     pub async fn list_crons(&self) -> Result<Vec<CronEntry>, CoreError> {
-        sqlx::query_as("SELECT * FROM s3p.cron_list()")
+        sqlx::query_as::<_, CronRow>("SELECT * FROM s3p.cron_list()")
             .fetch_all(&self.pool)
             .await
+            .map(|rows| rows.into_iter().map(CronEntry::from).collect())
             .map_err(map_db_error)
     }
 
     /// `s3p.cron_due`.
     #[tracing::instrument(name = "db", skip_all, fields(op = "due_crons"))]
     pub async fn due_crons(&self, max: i32) -> Result<Vec<CronEntry>, CoreError> {
-        sqlx::query_as("SELECT * FROM s3p.cron_due($1)")
+        sqlx::query_as::<_, CronRow>("SELECT * FROM s3p.cron_due($1)")
             .bind(max)
             .fetch_all(&self.pool)
             .await
+            .map(|rows| rows.into_iter().map(CronEntry::from).collect())
             .map_err(map_db_error)
     }
 
@@ -1089,13 +1100,13 @@ impl Store {
     #[tracing::instrument(name = "db", skip_all, fields(op = "events"))]
     pub async fn events(
         &self,
-        after: crate::core::events::Cursor,
+        after: crate::model::events::Cursor,
         types: Option<Vec<String>>,
         queues: Option<Vec<String>>,
         job_types: Option<Vec<String>>,
         limit: i32,
-    ) -> Result<Vec<crate::core::events::Event>, CoreError> {
-        sqlx::query_as("SELECT * FROM s3p.events_page($1, $2, $3, $4, $5, $6)")
+    ) -> Result<Vec<crate::model::events::Event>, CoreError> {
+        sqlx::query_as::<_, EventRow>("SELECT * FROM s3p.events_page($1, $2, $3, $4, $5, $6)")
             .bind(after.txid)
             .bind(after.seq)
             .bind(types)
@@ -1104,12 +1115,20 @@ impl Store {
             .bind(limit)
             .fetch_all(&self.pool)
             .await
+            .map(|rows| {
+                rows.into_iter()
+                    .map(crate::model::events::Event::from)
+                    .collect()
+            })
             .map_err(map_db_error)
     }
 
     /// `s3p.events_held`: whether events after `after` wait behind a transaction in progress.
     #[tracing::instrument(name = "db", skip_all, fields(op = "events_held"))]
-    pub async fn events_held(&self, after: crate::core::events::Cursor) -> Result<bool, CoreError> {
+    pub async fn events_held(
+        &self,
+        after: crate::model::events::Cursor,
+    ) -> Result<bool, CoreError> {
         sqlx::query_scalar("SELECT s3p.events_held($1, $2)")
             .bind(after.txid)
             .bind(after.seq)
@@ -1120,12 +1139,12 @@ impl Store {
 
     /// `s3p.events_end`.
     #[tracing::instrument(name = "db", skip_all, fields(op = "events_end"))]
-    pub async fn events_end(&self) -> Result<crate::core::events::Cursor, CoreError> {
+    pub async fn events_end(&self) -> Result<crate::model::events::Cursor, CoreError> {
         let (txid, seq): (i64, i64) = sqlx::query_as("SELECT * FROM s3p.events_end()")
             .fetch_one(&self.pool)
             .await
             .map_err(map_db_error)?;
-        Ok(crate::core::events::Cursor { txid, seq })
+        Ok(crate::model::events::Cursor { txid, seq })
     }
 }
 

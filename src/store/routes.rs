@@ -15,7 +15,8 @@ use sqlx::PgPool;
 use uuid::Uuid;
 
 use super::map_db_error;
-use crate::core::{CoreError, Job};
+use crate::model::error::CoreError;
+use crate::model::job::Job;
 
 /// Most job → queue hints kept; beyond it the hints start over (a miss only costs a lookup).
 const MAX_OWNERS: usize = 200_000;

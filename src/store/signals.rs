@@ -10,7 +10,7 @@ use tokio::task::JoinHandle;
 use tokio::time::Instant;
 
 use super::map_db_error;
-use crate::core::CoreError;
+use crate::model::error::CoreError;
 
 /// The channel `s3p.enqueue` notifies with the queue name.
 pub const JOBS_CHANNEL: &str = "s3p_jobs";

@@ -7,8 +7,8 @@ use sqlx::{Column, Row};
 use uuid::Uuid;
 
 use super::{Store, map_db_error};
-use crate::core::CoreError;
-use crate::core::stream::{
+use crate::model::error::CoreError;
+use crate::model::stream::{
     Appended, Batch, ConsumerInfo, StreamConfig, StreamDeadLetter, StreamEvent, StreamNackOutcome,
     Subscription,
 };
@@ -136,7 +136,7 @@ impl Store {
                 .map_err(map_db_error)?;
         let (consumer, last_tick, cooperative, created) = row.ok_or_else(|| {
             CoreError::new(
-                crate::core::ErrorKind::Conflict,
+                crate::model::error::ErrorKind::Conflict,
                 "a concurrent subscribe of this consumer won; retry",
             )
         })?;

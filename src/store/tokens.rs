@@ -10,7 +10,8 @@ use sqlx::postgres::{PgListener, PgPool};
 use tokio::task::JoinHandle;
 
 use super::{Store, map_db_error};
-use crate::core::{CoreError, Grant, Role};
+use crate::model::access::{Grant, Role};
+use crate::model::error::CoreError;
 
 /// The channel `s3p.token_create` and `s3p.token_revoke` notify.
 const TOKENS_CHANNEL: &str = "s3p_tokens";

@@ -1,0 +1,159 @@
+//! Who may do what, as data: the role each operation declares and the grant a token carries
+//! (roles, optional queue-name patterns).
+
+use serde::{Deserialize, Serialize};
+
+use super::error::{CoreError, ErrorKind};
+
+/// The role an operation needs; a token holds one or more of the grantable ones.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum Role {
+    /// No token needed (manifest, health).
+    Public,
+    /// Every read: jobs, stats, events, dead-letter lists, stream info and configuration.
+    Reader,
+    /// Enqueue, batch enqueue, append, workflows, cron registration, cancellation.
+    Producer,
+    /// Fetch, ack, nack, heartbeat, receive, subscribe, stream ack/nack, push streams.
+    Worker,
+    /// Everything.
+    Admin,
+}
+
+impl Role {
+    /// The roles a token may hold.
+    pub const GRANTABLE: [Role; 4] = [Role::Reader, Role::Producer, Role::Worker, Role::Admin];
+
+    /// The role's name as written in the schemas, the CLI and the API.
+    pub fn name(self) -> &'static str {
+        match self {
+            Role::Public => "public",
+            Role::Reader => "reader",
+            Role::Producer => "producer",
+            Role::Worker => "worker",
+            Role::Admin => "admin",
+        }
+    }
+
+    /// A grantable role by name.
+    pub fn grantable(name: &str) -> Option<Role> {
+        Role::GRANTABLE.into_iter().find(|r| r.name() == name)
+    }
+}
+
+/// What one token may do.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Grant {
+    /// The token's name (never the token itself).
+    pub name: String,
+    /// Its roles.
+    pub roles: Vec<Role>,
+    /// Queue-name patterns (`*` matches any run of characters); empty means every queue.
+    pub queues: Vec<String>,
+}
+
+impl Grant {
+    /// Whether the grant includes `role` (admin includes every role).
+    pub fn has_role(&self, role: Role) -> bool {
+        role == Role::Public || self.roles.contains(&Role::Admin) || self.roles.contains(&role)
+    }
+
+    /// Whether the grant's queue scope includes `queue`.
+    pub fn covers(&self, queue: &str) -> bool {
+        self.queues.is_empty() || self.queues.iter().any(|p| pattern_matches(p, queue))
+    }
+
+    /// `forbidden` unless the grant has `role`, naming the role and the operation.
+    pub fn require_role(&self, role: Role, operation: &str) -> Result<(), CoreError> {
+        if self.has_role(role) {
+            return Ok(());
+        }
+        Err(CoreError::new(
+            ErrorKind::Forbidden,
+            format!(
+                "token {} lacks role {} needed by {operation}",
+                self.name,
+                role.name()
+            ),
+        )
+        .with_detail("required_role", role.name().into()))
+    }
+
+    /// `forbidden` naming the first of `queues` outside the grant's scope.
+    pub fn require_queues<'a>(
+        &self,
+        queues: impl IntoIterator<Item = &'a str>,
+    ) -> Result<(), CoreError> {
+        match queues.into_iter().find(|q| !self.covers(q)) {
+            None => Ok(()),
+            Some(queue) => Err(CoreError::new(
+                ErrorKind::Forbidden,
+                format!("token {} is not scoped to queue {queue}", self.name),
+            )
+            .with_detail("queue", queue.into())),
+        }
+    }
+}
+
+/// Whether `name` matches `pattern`, where `*` stands for any run of characters.
+fn pattern_matches(pattern: &str, name: &str) -> bool {
+    let mut parts = pattern.split('*');
+    let first = parts.next().unwrap_or("");
+    let Some(mut rest) = name.strip_prefix(first) else {
+        return false;
+    };
+    let tail: Vec<&str> = parts.collect();
+    let Some((last, middle)) = tail.split_last() else {
+        return rest.is_empty();
+    };
+    for part in middle {
+        match rest.find(part) {
+            Some(at) => rest = &rest[at + part.len()..],
+            None => return false,
+        }
+    }
+    rest.len() >= last.len() && rest.ends_with(last)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn grant(roles: &[Role], queues: &[&str]) -> Grant {
+        Grant {
+            name: "t".into(),
+            roles: roles.to_vec(),
+            queues: queues.iter().map(|q| q.to_string()).collect(),
+        }
+    }
+
+    #[test]
+    fn patterns_match_runs_of_characters() {
+        assert!(pattern_matches("billing.*", "billing.invoices"));
+        assert!(pattern_matches("billing.*", "billing."));
+        assert!(!pattern_matches("billing.*", "billing"));
+        assert!(!pattern_matches("billing.*", "xbilling.a"));
+        assert!(pattern_matches("*", "anything"));
+        assert!(pattern_matches("a*b*c", "a-b-b-c"));
+        assert!(!pattern_matches("a*b*c", "a-c"));
+        assert!(pattern_matches("mail", "mail"));
+        assert!(!pattern_matches("mail", "mail2"));
+        assert!(!pattern_matches("a*a", "a"));
+    }
+
+    #[test]
+    fn admin_has_every_role_and_scope_limits_queues() {
+        let admin = grant(&[Role::Admin], &[]);
+        assert!(Role::GRANTABLE.iter().all(|r| admin.has_role(*r)));
+        let worker = grant(&[Role::Worker], &["billing.*"]);
+        assert!(worker.has_role(Role::Worker) && worker.has_role(Role::Public));
+        assert!(!worker.has_role(Role::Reader));
+        assert!(worker.require_queues(["billing.a", "billing.b"]).is_ok());
+        let denied = worker.require_queues(["billing.a", "mail"]).unwrap_err();
+        assert_eq!(denied.kind, ErrorKind::Forbidden);
+        assert!(denied.message.contains("mail"));
+        let role = worker.require_role(Role::Admin, "dropQueue").unwrap_err();
+        assert!(role.message.contains("admin") && role.message.contains("dropQueue"));
+    }
+}

@@ -1,0 +1,168 @@
+//! Streams in the domain's own terms: messages, events, batches, consumers, dead letters.
+
+use chrono::{DateTime, Utc};
+use serde_json::{Map, Value};
+use uuid::Uuid;
+
+/// A message to append.
+#[derive(Debug, Clone, Default)]
+pub struct NewMessage {
+    /// Caller id (not a deduplication key); a UUIDv7 is generated when absent.
+    pub id: Option<String>,
+    /// Message type.
+    pub message_type: String,
+    /// JSON payload.
+    pub payload: Value,
+    /// String headers.
+    pub headers: Option<Map<String, Value>>,
+    /// The producer's W3C trace context, stored in the headers.
+    pub trace_context: Option<super::job::TraceContext>,
+}
+
+/// An appended message.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Appended {
+    /// Its id.
+    pub id: Uuid,
+    /// Its storage sequence number (orders storage only).
+    pub seq: i64,
+}
+
+/// An event as delivered.
+#[derive(Debug, Clone, PartialEq)]
+pub struct StreamEvent {
+    /// Message id.
+    pub id: Uuid,
+    /// Storage sequence.
+    pub seq: i64,
+    /// Message type.
+    pub message_type: String,
+    /// Payload.
+    pub payload: Value,
+    /// Headers.
+    pub headers: Option<Value>,
+    /// Times it was retried.
+    pub retry_count: i32,
+    /// When it entered the log.
+    pub created_at: DateTime<Utc>,
+}
+
+/// A batch of events for one consumer (or member).
+#[derive(Debug, Clone, PartialEq)]
+pub struct Batch {
+    /// Batch id.
+    pub id: Uuid,
+    /// The consumer (group).
+    pub consumer: String,
+    /// The cooperative member, if any.
+    pub member: Option<String>,
+    /// Cursor tick it starts after.
+    pub start_tick: i64,
+    /// Tick it ends at.
+    pub end_tick: i64,
+    /// active, acked or taken_over.
+    pub state: String,
+    /// When it was allocated.
+    pub created_at: DateTime<Utc>,
+    /// Its events in log order.
+    pub events: Vec<StreamEvent>,
+}
+
+/// A subscription's cursor and batches.
+#[derive(Debug, Clone, PartialEq)]
+pub struct ConsumerInfo {
+    /// Name.
+    pub name: String,
+    /// Fan-out cursor tick.
+    pub last_tick: i64,
+    /// Cooperative allocation frontier.
+    pub next_tick: i64,
+    /// Whether members share it.
+    pub cooperative: bool,
+    /// When it subscribed.
+    pub created_at: DateTime<Utc>,
+    /// Ticks after its cursor.
+    pub ticks_behind: i64,
+    /// Its active batches.
+    pub active_batches: Value,
+}
+
+/// The result of a subscribe.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Subscription {
+    /// Consumer name.
+    pub consumer: String,
+    /// Starting cursor tick.
+    pub last_tick: i64,
+    /// Whether members share it.
+    pub cooperative: bool,
+    /// False when it already existed (unchanged).
+    pub created: bool,
+}
+
+/// What a nack did.
+#[derive(Debug, Clone, PartialEq)]
+pub struct StreamNackOutcome {
+    /// `retry` or `dead_letter`.
+    pub outcome: String,
+    /// The retry count carried forward.
+    pub retry_count: i32,
+    /// When the retry is due.
+    pub due_at: Option<DateTime<Utc>>,
+}
+
+/// Stream settings.
+#[derive(Debug, Clone, PartialEq)]
+pub struct StreamConfig {
+    /// Nacks before a message is dead-lettered.
+    pub max_retries: i32,
+    /// Minimum retention.
+    pub retention_ms: i64,
+}
+
+/// A stream dead letter.
+#[derive(Debug, Clone, PartialEq)]
+pub struct StreamDeadLetter {
+    /// Dead-letter id.
+    pub id: Uuid,
+    /// The message id.
+    pub event_id: Uuid,
+    /// The consumer that gave up on it.
+    pub consumer: String,
+    /// Message type.
+    pub message_type: String,
+    /// Payload.
+    pub payload: Value,
+    /// Headers.
+    pub headers: Option<Value>,
+    /// Retries it had.
+    pub retry_count: i32,
+    /// Why.
+    pub reason: Option<String>,
+    /// When.
+    pub failed_at: DateTime<Utc>,
+}
+
+/// A page of stream dead letters.
+#[derive(Debug, Clone, PartialEq)]
+pub struct DeadLetterPage {
+    /// The entries, oldest first.
+    pub letters: Vec<StreamDeadLetter>,
+    /// Where the next page starts when the byte budget cut this one short of its limit.
+    pub next_offset: Option<i64>,
+}
+
+/// A receive request.
+#[derive(Debug, Clone, Default)]
+pub struct Receive {
+    /// Consumer.
+    pub consumer: String,
+    /// Cooperative member.
+    pub member: Option<String>,
+    /// Ceiling on the batch size (default 100).
+    pub max: Option<i64>,
+    /// Ceiling on the batch's bytes (default and most: `MAX_RESPONSE_BYTES`).
+    pub max_bytes: Option<i64>,
+    /// Long poll bound.
+    pub wait_ms: Option<i64>,
+}

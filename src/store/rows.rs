@@ -1,0 +1,71 @@
+//! Rows as the SQL functions return them, read by sqlx, and their domain values.
+
+use chrono::{DateTime, Utc};
+use serde_json::Value;
+use uuid::Uuid;
+
+use crate::model::events::Event;
+use crate::model::workflow::CronEntry;
+
+/// A row of `s3p.events_page` / `s3p.job_events`.
+#[derive(sqlx::FromRow)]
+pub struct EventRow {
+    txid: i64,
+    seq: i64,
+    id: Uuid,
+    #[sqlx(rename = "type")]
+    event_type: String,
+    job_id: Option<Uuid>,
+    queue: Option<String>,
+    job_type: Option<String>,
+    data: Value,
+    time: DateTime<Utc>,
+}
+
+impl From<EventRow> for Event {
+    fn from(row: EventRow) -> Event {
+        Event {
+            txid: row.txid,
+            seq: row.seq,
+            id: row.id,
+            event_type: row.event_type,
+            job_id: row.job_id,
+            queue: row.queue,
+            job_type: row.job_type,
+            data: row.data,
+            time: row.time,
+        }
+    }
+}
+
+/// A row of the `s3p.cron_*` functions.
+#[derive(sqlx::FromRow)]
+pub struct CronRow {
+    name: String,
+    expression: String,
+    timezone: String,
+    overlap_policy: String,
+    job_template: Value,
+    enabled: bool,
+    next_run_at: Option<DateTime<Utc>>,
+    last_run_at: Option<DateTime<Utc>>,
+    last_job_id: Option<Uuid>,
+    created_at: DateTime<Utc>,
+}
+
+impl From<CronRow> for CronEntry {
+    fn from(row: CronRow) -> CronEntry {
+        CronEntry {
+            name: row.name,
+            expression: row.expression,
+            timezone: row.timezone,
+            overlap_policy: row.overlap_policy,
+            job_template: row.job_template,
+            enabled: row.enabled,
+            next_run_at: row.next_run_at,
+            last_run_at: row.last_run_at,
+            last_job_id: row.last_job_id,
+            created_at: row.created_at,
+        }
+    }
+}
