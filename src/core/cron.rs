@@ -335,6 +335,9 @@ impl Schedule {
         if !searchable.contains(&local.year()) || !searchable.contains(&limit.year()) {
             return None;
         }
+        if !self.some_day_exists() {
+            return None;
+        }
         let mut from = after.with_timezone(&tz);
         loop {
             let run = self.cron.find_next_occurrence(&from, false).ok()?;
@@ -346,6 +349,24 @@ impl Schedule {
             }
             from = run;
         }
+    }
+
+    /// Whether any month has a matching day; croner would search to year 5000 to find none.
+    fn some_day_exists(&self) -> bool {
+        // Longest each month gets (February in leap years).
+        const DAYS: [u16; 12] = [31, 29, 31, 30, 31, 30, 31, 31, 30, 31, 30, 31];
+        let pattern = &self.cron.pattern;
+        // Any weekday comes round, so only day-of-month ANDed with `*` can never match.
+        if pattern.is_dom_wildcard() || !pattern.is_dow_wildcard() {
+            return true;
+        }
+        let Some(&first_day) = self.days_of_month.first() else {
+            return false;
+        };
+        self.months.iter().any(|&month| {
+            DAYS.get(usize::from(month).wrapping_sub(1))
+                .is_some_and(|&longest| first_day <= longest)
+        })
     }
 
     /// Whether an instant croner found is a run for us: croner moves a time a DST gap skips
@@ -572,6 +593,50 @@ mod tests {
         assert_eq!(
             every.next_after(utc(2024, 11, 3, 6, 20), ny),
             Some(utc(2024, 11, 3, 7, 0))
+        );
+    }
+
+    #[test]
+    fn dst_overlap_interval_runs_first_pass_only() {
+        let ny = parse_time_zone("America/New_York").expect("known zone");
+        let every = Schedule::parse("*/15 * * * *").expect("parses");
+        // 05:20 UTC is 01:20 EDT, the first pass of the repeated hour.
+        assert_eq!(
+            every.next_after(utc(2024, 11, 3, 5, 20), ny),
+            Some(utc(2024, 11, 3, 5, 30))
+        );
+        // After 01:45 EDT comes 02:00 EST, not the second 01:00.
+        assert_eq!(
+            every.next_after(utc(2024, 11, 3, 5, 45), ny),
+            Some(utc(2024, 11, 3, 7, 0))
+        );
+    }
+
+    #[test]
+    fn half_hour_dst_gap_is_skipped() {
+        // 2024-10-06: Lord Howe clocks jump from 02:00 (+10:30) to 02:30 (+11).
+        let lord_howe = parse_time_zone("Australia/Lord_Howe").expect("known zone");
+        let s = Schedule::parse("15 2 * * *").expect("parses");
+        assert_eq!(
+            s.next_after(utc(2024, 10, 5, 12, 0), lord_howe),
+            Some(utc(2024, 10, 6, 15, 15))
+        );
+    }
+
+    #[test]
+    fn impossible_days_skip_the_search() {
+        for expr in ["0 0 30 2 *", "0 0 31 4,6,9,11 *", "* * 30,31 2 *"] {
+            let s = Schedule::parse(expr).expect("parses");
+            assert!(!s.some_day_exists(), "{expr}");
+        }
+        for expr in ["0 0 29 2 *", "0 0 30 2 5", "0 0 * 2 *", "0 0 31 2,3 *"] {
+            let s = Schedule::parse(expr).expect("parses");
+            assert!(s.some_day_exists(), "{expr}");
+        }
+        // Both day fields restricted: any Friday in February (2026-02-06) runs.
+        assert_eq!(
+            next("0 0 30 2 5", utc(2025, 3, 1, 0, 0)),
+            Some(utc(2026, 2, 6, 0, 0))
         );
     }
 
