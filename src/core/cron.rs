@@ -1,5 +1,6 @@
-//! Cron expressions: a parser for the classic five-field syntax and shorthands, and a
-//! next-run calculator that works in an IANA time zone's local wall-clock time.
+//! Cron expressions: validation of the classic five-field syntax and shorthands, with one clear
+//! error per field, and next-run calculation by the `croner` crate in an IANA time zone's local
+//! wall-clock time.
 //!
 //! Day semantics follow Vixie cron: when both day-of-month and day-of-week are restricted
 //! (neither field is exactly `*`), a day matches if either matches; otherwise both must.
@@ -7,30 +8,48 @@
 //! at their earliest instant.
 
 use chrono::offset::LocalResult;
-use chrono::{
-    DateTime, Datelike, Duration, Months, NaiveDate, NaiveDateTime, NaiveTime, TimeZone, Timelike,
-    Utc,
-};
+use chrono::{DateTime, Datelike, Months, TimeZone, Utc};
 use chrono_tz::Tz;
+use croner::parser::{CronParser, Seconds, Year};
+use croner::{Cron, YEAR_LOWER_LIMIT, YEAR_UPPER_LIMIT};
+
+// The unit tests build instants with it through `use super::*`.
+#[cfg(test)]
+use chrono::Duration;
 
 /// A parsed cron schedule: 5 fields (minute hour day-of-month month day-of-week) or a shorthand.
-#[derive(Debug, Clone, PartialEq, Eq)]
+#[derive(Debug, Clone)]
 pub struct Schedule {
-    /// Bit `m` set = minute `m` (0-59) matches.
-    minutes: u64,
-    /// Bit `h` set = hour `h` (0-23) matches.
-    hours: u32,
-    /// Bit `d` set = day of month `d` (1-31) matches.
-    days_of_month: u32,
-    /// Bit `m` set = month `m` (1-12) matches.
-    months: u16,
-    /// Bit `w` set = weekday `w` (0 = Sunday … 6 = Saturday) matches.
-    days_of_week: u8,
-    /// The day-of-month field was not `*`.
-    dom_restricted: bool,
-    /// The day-of-week field was not `*`.
-    dow_restricted: bool,
+    /// Croner's form of the expression, which finds the runs.
+    cron: Cron,
+    /// Minutes (0-59) that match, ascending.
+    minutes: Vec<u16>,
+    /// Hours (0-23) that match, ascending.
+    hours: Vec<u16>,
+    /// Days of month (1-31) that match, ascending.
+    days_of_month: Vec<u16>,
+    /// Months (1-12) that match, ascending.
+    months: Vec<u16>,
+    /// Weekdays (0 = Sunday … 6 = Saturday) that match, ascending.
+    days_of_week: Vec<u16>,
 }
+
+/// Equal when they match the same times: croner's own `==` also compares how a field was
+/// written (its step), which does not change the runs.
+impl PartialEq for Schedule {
+    fn eq(&self, other: &Self) -> bool {
+        let (a, b) = (&self.cron.pattern, &other.cron.pattern);
+        self.minutes == other.minutes
+            && self.hours == other.hours
+            && self.days_of_month == other.days_of_month
+            && self.months == other.months
+            && self.days_of_week == other.days_of_week
+            && a.is_dom_wildcard() == b.is_dom_wildcard()
+            && a.is_dow_wildcard() == b.is_dow_wildcard()
+    }
+}
+
+impl Eq for Schedule {}
 
 /// Why an expression or time zone was refused (Display = a clear one-line message naming the field).
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
@@ -56,6 +75,9 @@ pub enum CronError {
         /// What was wrong with it.
         reason: String,
     },
+    /// croner refused an expression our checks passed (not expected; an error, never a panic).
+    #[error("invalid cron expression: {0}")]
+    Rejected(String),
     /// The time zone name is not a known IANA zone.
     #[error(
         "unknown time zone {0:?} (expected an IANA name such as \"America/New_York\" or \"UTC\")"
@@ -74,7 +96,7 @@ fn echo(text: &str) -> String {
     }
 }
 
-/// How one of the five fields is parsed.
+/// How one of the five fields is checked.
 struct FieldSpec {
     name: &'static str,
     min: u32,
@@ -125,22 +147,30 @@ const DAY_OF_WEEK: FieldSpec = FieldSpec {
 };
 
 impl FieldSpec {
-    /// Parses a whole field (a comma list) into a bitset over values `min..=max`.
-    fn parse(&self, text: &str) -> Result<u64, CronError> {
-        let mut bits = 0u64;
-        for item in text.split(',') {
-            bits |= self
-                .parse_item(item)
-                .map_err(|reason| CronError::InvalidField {
-                    field: self.name,
-                    reason,
-                })?;
+    /// Checks a whole field (a comma list) and rewrites it in the plain numeric form croner
+    /// is given.
+    ///
+    /// We check first because croner accepts more than standard cron (`L`, `W`, `#`, `?`,
+    /// empty list items, names in any field) and its errors do not name the field.
+    fn parse(&self, text: &str) -> Result<String, CronError> {
+        // A lone `*` stays `*`: it decides the Vixie day rule.
+        if text == "*" {
+            return Ok(text.to_owned());
         }
-        Ok(bits)
+        let items = text
+            .split(',')
+            .map(|item| self.parse_item(item))
+            .collect::<Result<Vec<_>, _>>()
+            .map_err(|reason| CronError::InvalidField {
+                field: self.name,
+                reason,
+            })?;
+        Ok(items.join(","))
     }
 
-    /// Parses one list item: `*`, `v`, `a-b`, optionally followed by `/step`.
-    fn parse_item(&self, item: &str) -> Result<u64, String> {
+    /// Checks one list item (`*`, `v`, `a-b`, optionally followed by `/step`) and rewrites it
+    /// as `v`, `a-b` or `a-b/step`.
+    fn parse_item(&self, item: &str) -> Result<String, String> {
         if item.is_empty() {
             return Err("empty list item".to_owned());
         }
@@ -162,21 +192,16 @@ impl FieldSpec {
         } else {
             let value = self.parse_value(base)?;
             match step {
+                // `v/n` runs from v to the field's end; croner's strict mode has no such form.
                 Some(_) => (value, self.open_max.max(value)),
                 None => (value, value),
             }
         };
-        let step = step.unwrap_or(1);
-        let mut bits = 0u64;
-        let mut value = low;
-        while value <= high {
-            bits |= 1u64 << value;
-            value = match value.checked_add(step) {
-                Some(next) => next,
-                None => break,
-            };
-        }
-        Ok(bits)
+        Ok(match step {
+            Some(step) => format!("{low}-{high}/{step}"),
+            None if low == high => low.to_string(),
+            None => format!("{low}-{high}"),
+        })
     }
 
     /// Parses the part after `/`: a positive number no larger than the field's span.
@@ -241,16 +266,7 @@ fn parse_number(text: &str) -> Option<u32> {
     text.parse().ok()
 }
 
-/// The first set bit at position `from` or above, if any.
-fn next_bit(bits: u64, from: u32) -> Option<u32> {
-    if from >= 64 {
-        return None;
-    }
-    let rest = bits >> from;
-    (rest != 0).then(|| from + rest.trailing_zeros())
-}
-
-/// The five fields each shorthand stands for.
+/// The five fields each shorthand stands for (croner has no `@midnight`, so we expand them).
 fn expand_shorthand(expr: &str) -> Option<&'static str> {
     let lower = expr.to_ascii_lowercase();
     Some(match lower.as_str() {
@@ -279,21 +295,30 @@ impl Schedule {
         let [minute, hour, dom, month, dow] = fields.as_slice() else {
             return Err(CronError::FieldCount(fields.len()));
         };
-        let minutes = MINUTE.parse(minute)?;
-        let hours = HOUR.parse(hour)?;
-        let days_of_month = DAY_OF_MONTH.parse(dom)?;
-        let months = MONTH.parse(month)?;
-        let dow_bits = DAY_OF_WEEK.parse(dow)?;
-        // 7 is Sunday too: fold bit 7 onto bit 0.
-        let days_of_week = ((dow_bits | (dow_bits >> 7)) & 0x7f) as u8;
+        let canonical = [
+            MINUTE.parse(minute)?,
+            HOUR.parse(hour)?,
+            DAY_OF_MONTH.parse(dom)?,
+            MONTH.parse(month)?,
+            DAY_OF_WEEK.parse(dow)?,
+        ]
+        .join(" ");
+        // Five fields only, no seconds or years; croner's defaults (Vixie OR day rule, 0 and
+        // 7 both Sunday, no `0/10`-style sloppy ranges) are the semantics we want.
+        let cron = CronParser::builder()
+            .seconds(Seconds::Disallowed)
+            .year(Year::Disallowed)
+            .build()
+            .parse(&canonical)
+            .map_err(|e| CronError::Rejected(e.to_string()))?;
+        let pattern = &cron.pattern;
         Ok(Schedule {
-            minutes,
-            hours: (hours & 0x00ff_ffff) as u32,
-            days_of_month: (days_of_month & 0xffff_fffe) as u32,
-            months: (months & 0x1ffe) as u16,
-            days_of_week,
-            dom_restricted: *dom != "*",
-            dow_restricted: *dow != "*",
+            minutes: pattern.minutes.values(),
+            hours: pattern.hours.values(),
+            days_of_month: pattern.days.values(),
+            months: pattern.months.values(),
+            days_of_week: pattern.days_of_week.values(),
+            cron,
         })
     }
 
@@ -303,91 +328,58 @@ impl Schedule {
         let local = after
             .naive_utc()
             .checked_add_offset(chrono::Offset::fix(&offset))?;
-        let mut from = local
-            .date()
-            .and_hms_opt(local.hour(), local.minute(), 0)?
-            .checked_add_signed(Duration::minutes(1))?;
         let limit = local.checked_add_months(Months::new(60))?;
-        // Keep a margin so converting any candidate back to UTC stays representable.
-        limit.checked_add_signed(Duration::days(2))?;
-        loop {
-            let candidate = self.next_local(from, limit)?;
-            let instant = match tz.from_local_datetime(&candidate) {
-                LocalResult::Single(dt) => Some(dt),
-                LocalResult::Ambiguous(a, b) => Some(a.min(b)),
-                LocalResult::None => None,
-            };
-            if let Some(instant) = instant {
-                let utc = instant.with_timezone(&Utc);
-                if utc > after {
-                    return Some(utc);
-                }
-            }
-            from = candidate.checked_add_signed(Duration::minutes(1))?;
+        // croner searches only these years, and chrono's `naive_local` (croner calls it) panics
+        // outside chrono's range.
+        let searchable = YEAR_LOWER_LIMIT..=YEAR_UPPER_LIMIT;
+        if !searchable.contains(&local.year()) || !searchable.contains(&limit.year()) {
+            return None;
         }
-    }
-
-    /// Whether the calendar day `date` matches the day-of-month / day-of-week fields.
-    fn day_matches(&self, date: NaiveDate) -> bool {
-        let dom = self.days_of_month & (1u32 << date.day()) != 0;
-        let dow = self.days_of_week & (1u8 << date.weekday().num_days_from_sunday()) != 0;
-        if self.dom_restricted && self.dow_restricted {
-            dom || dow
-        } else {
-            dom && dow
+        if !self.some_day_exists() {
+            return None;
         }
-    }
-
-    /// The first matching local wall-clock minute at or after `from` (whole minutes), up to `limit`.
-    fn next_local(&self, from: NaiveDateTime, limit: NaiveDateTime) -> Option<NaiveDateTime> {
-        let mut date = from.date();
-        // The earliest hour and minute still allowed on `date`; reset to 0:00 on later days.
-        let (mut min_hour, mut min_minute) = (from.hour(), from.minute());
+        let mut from = after.with_timezone(&tz);
         loop {
-            if date > limit.date() {
+            let run = self.cron.find_next_occurrence(&from, false).ok()?;
+            if run.naive_local() > limit {
                 return None;
             }
-            // Month: jump to the first day of the next matching month.
-            if self.months & (1u16 << date.month()) == 0 {
-                date = match next_bit(u64::from(self.months), date.month() + 1) {
-                    Some(month) => NaiveDate::from_ymd_opt(date.year(), month, 1)?,
-                    None => NaiveDate::from_ymd_opt(
-                        date.year().checked_add(1)?,
-                        next_bit(u64::from(self.months), 1)?,
-                        1,
-                    )?,
-                };
-                (min_hour, min_minute) = (0, 0);
-                continue;
+            if self.is_run(&run) && run > after {
+                return Some(run.with_timezone(&Utc));
             }
-            if !self.day_matches(date) {
-                date = date.succ_opt()?;
-                (min_hour, min_minute) = (0, 0);
-                continue;
-            }
-            // Hour and minute on a matching day.
-            let mut hour = next_bit(u64::from(self.hours), min_hour);
-            if hour == Some(min_hour) {
-                match next_bit(self.minutes, min_minute) {
-                    Some(minute) => return at(date, min_hour, minute, limit),
-                    None => hour = next_bit(u64::from(self.hours), min_hour + 1),
-                }
-            }
-            if let Some(hour) = hour {
-                let minute = next_bit(self.minutes, 0)?;
-                return at(date, hour, minute, limit);
-            }
-            date = date.succ_opt()?;
-            (min_hour, min_minute) = (0, 0);
+            from = run;
         }
     }
-}
 
-/// `date` at `hour:minute`, unless that is past `limit`.
-fn at(date: NaiveDate, hour: u32, minute: u32, limit: NaiveDateTime) -> Option<NaiveDateTime> {
-    let time = NaiveTime::from_hms_opt(hour, minute, 0)?;
-    let when = date.and_time(time);
-    (when <= limit).then_some(when)
+    /// Whether any month has a matching day; croner would search to year 5000 to find none.
+    fn some_day_exists(&self) -> bool {
+        // Longest each month gets (February in leap years).
+        const DAYS: [u16; 12] = [31, 29, 31, 30, 31, 30, 31, 31, 30, 31, 30, 31];
+        let pattern = &self.cron.pattern;
+        // Any weekday comes round, so only day-of-month ANDed with `*` can never match.
+        if pattern.is_dom_wildcard() || !pattern.is_dow_wildcard() {
+            return true;
+        }
+        let Some(&first_day) = self.days_of_month.first() else {
+            return false;
+        };
+        self.months.iter().any(|&month| {
+            DAYS.get(usize::from(month).wrapping_sub(1))
+                .is_some_and(|&longest| first_day <= longest)
+        })
+    }
+
+    /// Whether an instant croner found is a run for us: croner moves a time a DST gap skips
+    /// to the gap's end, and runs `*`/step patterns on both passes of a DST overlap.
+    fn is_run(&self, run: &DateTime<Tz>) -> bool {
+        if !self.cron.is_time_matching(run).unwrap_or(false) {
+            return false;
+        }
+        match run.timezone().from_local_datetime(&run.naive_local()) {
+            LocalResult::Ambiguous(a, b) => *run == a.min(b),
+            LocalResult::Single(_) | LocalResult::None => true,
+        }
+    }
 }
 
 /// Parses an IANA time zone name (e.g. "America/New_York", "UTC").
@@ -601,6 +593,50 @@ mod tests {
         assert_eq!(
             every.next_after(utc(2024, 11, 3, 6, 20), ny),
             Some(utc(2024, 11, 3, 7, 0))
+        );
+    }
+
+    #[test]
+    fn dst_overlap_interval_runs_first_pass_only() {
+        let ny = parse_time_zone("America/New_York").expect("known zone");
+        let every = Schedule::parse("*/15 * * * *").expect("parses");
+        // 05:20 UTC is 01:20 EDT, the first pass of the repeated hour.
+        assert_eq!(
+            every.next_after(utc(2024, 11, 3, 5, 20), ny),
+            Some(utc(2024, 11, 3, 5, 30))
+        );
+        // After 01:45 EDT comes 02:00 EST, not the second 01:00.
+        assert_eq!(
+            every.next_after(utc(2024, 11, 3, 5, 45), ny),
+            Some(utc(2024, 11, 3, 7, 0))
+        );
+    }
+
+    #[test]
+    fn half_hour_dst_gap_is_skipped() {
+        // 2024-10-06: Lord Howe clocks jump from 02:00 (+10:30) to 02:30 (+11).
+        let lord_howe = parse_time_zone("Australia/Lord_Howe").expect("known zone");
+        let s = Schedule::parse("15 2 * * *").expect("parses");
+        assert_eq!(
+            s.next_after(utc(2024, 10, 5, 12, 0), lord_howe),
+            Some(utc(2024, 10, 6, 15, 15))
+        );
+    }
+
+    #[test]
+    fn impossible_days_skip_the_search() {
+        for expr in ["0 0 30 2 *", "0 0 31 4,6,9,11 *", "* * 30,31 2 *"] {
+            let s = Schedule::parse(expr).expect("parses");
+            assert!(!s.some_day_exists(), "{expr}");
+        }
+        for expr in ["0 0 29 2 *", "0 0 30 2 5", "0 0 * 2 *", "0 0 31 2,3 *"] {
+            let s = Schedule::parse(expr).expect("parses");
+            assert!(s.some_day_exists(), "{expr}");
+        }
+        // Both day fields restricted: any Friday in February (2026-02-06) runs.
+        assert_eq!(
+            next("0 0 30 2 5", utc(2025, 3, 1, 0, 0)),
+            Some(utc(2026, 2, 6, 0, 0))
         );
     }
 
