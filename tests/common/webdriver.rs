@@ -145,46 +145,66 @@ impl Browser {
             None => panic!(
                 "no element {css} on {}: {}",
                 self.url().await,
-                self.text("body").await
+                self.command(reqwest::Method::GET, "/source", Value::Null)
+                    .await
             ),
         }
     }
 
-    /// The rendered text of the first element matching a CSS selector.
+    /// Runs a command on the element matching a CSS selector; its value. An element found just
+    /// before the page was replaced is stale: it is looked up again on the page now shown.
+    async fn on_element(
+        &self,
+        css: &str,
+        method: reqwest::Method,
+        action: &str,
+        body: Value,
+    ) -> Value {
+        for _ in 0..20 {
+            let id = self.element(css).await;
+            let mut request = self.http.request(
+                method.clone(),
+                format!("{}/element/{id}/{action}", self.base),
+            );
+            if !body.is_null() {
+                request = request.json(&body);
+            }
+            let response = request.send().await.expect("reach chromedriver");
+            let status = response.status();
+            let value: Value = response.json().await.expect("WebDriver JSON");
+            if status.is_success() {
+                return value["value"].clone();
+            }
+            assert_eq!(
+                value["value"]["error"], "stale element reference",
+                "WebDriver {action} on {css}: {status} {value}"
+            );
+            tokio::time::sleep(Duration::from_millis(100)).await;
+        }
+        panic!("{css} stayed stale");
+    }
+
+    /// The rendered text of the first element matching a CSS selector ("" when none).
     pub async fn text(&self, css: &str) -> String {
-        let Some(id) = self.find(css).await else {
+        if self.find(css).await.is_none() {
             return String::new();
-        };
+        }
         let value = self
-            .command(
-                reqwest::Method::GET,
-                &format!("/element/{id}/text"),
-                Value::Null,
-            )
+            .on_element(css, reqwest::Method::GET, "text", Value::Null)
             .await;
         value.as_str().unwrap_or_default().to_string()
     }
 
     /// Clicks the element matching a CSS selector.
     pub async fn click(&self, css: &str) {
-        let id = self.element(css).await;
-        self.command(
-            reqwest::Method::POST,
-            &format!("/element/{id}/click"),
-            json!({}),
-        )
-        .await;
+        self.on_element(css, reqwest::Method::POST, "click", json!({}))
+            .await;
     }
 
     /// Types into the element matching a CSS selector.
     pub async fn type_into(&self, css: &str, text: &str) {
-        let id = self.element(css).await;
-        self.command(
-            reqwest::Method::POST,
-            &format!("/element/{id}/value"),
-            json!({ "text": text }),
-        )
-        .await;
+        self.on_element(css, reqwest::Method::POST, "value", json!({ "text": text }))
+            .await;
     }
 
     /// Waits until the text of `css` satisfies `ok` (up to `within`); the last text seen.
