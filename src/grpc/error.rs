@@ -48,11 +48,10 @@ pub fn status_of(error: &CoreError, request_id: &str) -> Status {
     if let Ok(value) = request_id.parse() {
         status.metadata_mut().insert("x-ojs-request-id", value);
     }
-    if error.kind == ErrorKind::RateLimited {
-        status.metadata_mut().insert(
-            "retry-after",
-            tonic::metadata::MetadataValue::from_static("1"),
-        );
+    if let Some(secs) = error.kind.retry_after_secs() {
+        status
+            .metadata_mut()
+            .insert("retry-after", tonic::metadata::MetadataValue::from(secs));
     }
     status
 }

@@ -121,10 +121,10 @@ impl IntoResponse for ApiError {
             error: error_body(&self.error, self.request_id.as_deref()),
         };
         let mut response = super::ojs_json(status_of(kind), &body);
-        if kind == ErrorKind::RateLimited {
+        if let Some(secs) = kind.retry_after_secs() {
             response
                 .headers_mut()
-                .insert(http::header::RETRY_AFTER, HeaderValue::from_static("1"));
+                .insert(http::header::RETRY_AFTER, HeaderValue::from(secs));
         }
         response
     }

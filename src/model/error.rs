@@ -74,6 +74,12 @@ impl ErrorKind {
                 | ErrorKind::Unavailable
         )
     }
+
+    /// How many seconds a client should wait before trying again, where the protocol says so
+    /// (`Retry-After` over HTTP, `retry-after` metadata over gRPC).
+    pub fn retry_after_secs(self) -> Option<u32> {
+        (self == ErrorKind::RateLimited).then_some(1)
+    }
 }
 
 /// An error with its kind, a message for people and optional structured details.
