@@ -480,11 +480,15 @@ impl Service {
             return Err(CoreError::invalid("worker_id is required")
                 .with_detail("field", "worker_id".into()));
         }
-        let ids = request
+        let mut ids = request
             .job_ids
             .iter()
             .map(|id| validate::parse_job_id(id))
             .collect::<Result<Vec<_>, _>>()?;
+        // A job named twice (as `job_id` and in `active_jobs`, or as `id` and in `job_ids`) is
+        // one job.
+        ids.sort();
+        ids.dedup();
         if ids.len() > 1 && request.lease_token.is_some() {
             return Err(CoreError::invalid("lease_token applies to a single job_id"));
         }

@@ -173,8 +173,6 @@ pub fn heartbeat(body: types::HeartbeatRequest) -> Result<Heartbeat, CoreError> 
     }
     job_ids.extend(body.active_job_ids.unwrap_or_default());
     job_ids.extend(body.job_id);
-    job_ids.sort();
-    job_ids.dedup();
     Ok(Heartbeat {
         worker_id: body.worker_id,
         job_ids,
