@@ -477,11 +477,10 @@ pub fn cron_entry(c: &CronEntry) -> pb::CronEntry {
             .map(|a| a.iter().map(to_value).collect())
             .unwrap_or_default(),
         options: Some(pb::EnqueueOptions {
-            queue: template
-                .pointer("/options/queue")
-                .and_then(Value::as_str)
-                .unwrap_or("default")
-                .to_string(),
+            queue: crate::model::job::queue_or_default(
+                template.pointer("/options/queue").and_then(Value::as_str),
+            )
+            .to_string(),
             ..Default::default()
         }),
         next_run_at: c.next_run_at.as_ref().map(timestamp),

@@ -157,7 +157,7 @@ fn job_queue(job: &Value) -> Option<String> {
         other => other,
     };
     match given {
-        None => Some("default".to_string()),
+        None => Some(crate::model::job::DEFAULT_QUEUE.to_string()),
         Some(Value::String(q)) => Some(q.clone()),
         Some(_) => None,
     }

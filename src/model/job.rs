@@ -227,10 +227,18 @@ pub struct EnqueueJob {
     pub trace_context: Option<TraceContext>,
 }
 
+/// The queue of a job that names none.
+pub const DEFAULT_QUEUE: &str = "default";
+
+/// The queue a job lands in: the one it names, else `DEFAULT_QUEUE`.
+pub fn queue_or_default(named: Option<&str>) -> &str {
+    named.unwrap_or(DEFAULT_QUEUE)
+}
+
 impl EnqueueJob {
     /// The queue the job lands in: `options.queue`, else `default`.
     pub fn queue(&self) -> &str {
-        self.options.queue.as_deref().unwrap_or("default")
+        queue_or_default(self.options.queue.as_deref())
     }
 }
 
