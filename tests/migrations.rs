@@ -1,6 +1,7 @@
 //! Migrations on a database that already holds data: every migration file is idempotent, and one
 //! whose SQL changed since it was applied runs again at the next start (that is how edited
-//! function bodies reach existing databases).
+//! function bodies reach existing databases). That the SQL really ran again is shown by a function
+//! of every file, renamed away before the restart and back in place after it.
 
 mod common;
 
@@ -15,6 +16,35 @@ async fn checksums(url: &str) -> Vec<(i32, Option<String>)> {
         .expect("read migrations");
     let _ = conn.close().await;
     rows
+}
+
+/// The last `s3p` function each migration file creates, in version order.
+fn last_functions() -> Vec<String> {
+    let dir = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("sql");
+    let mut files: Vec<_> = std::fs::read_dir(&dir)
+        .expect("sql dir")
+        .filter_map(|e| e.ok().map(|e| e.path()))
+        .filter(|p| {
+            p.file_name()
+                .and_then(|n| n.to_str())
+                .is_some_and(|n| n.as_bytes()[0].is_ascii_digit())
+        })
+        .collect();
+    files.sort();
+    files
+        .iter()
+        .map(|file| {
+            let sql = std::fs::read_to_string(file).expect("read migration");
+            let marker = "CREATE OR REPLACE FUNCTION s3p.";
+            let at = sql
+                .rfind(marker)
+                .unwrap_or_else(|| panic!("{file:?} makes no function"));
+            sql[at + marker.len()..]
+                .chars()
+                .take_while(|c| c.is_ascii_alphanumeric() || *c == '_')
+                .collect()
+        })
+        .collect()
 }
 
 #[tokio::test]
@@ -43,6 +73,28 @@ async fn changed_migrations_run_again_over_existing_data() {
     // As if every file had been edited since, and the queue schema made from an older template:
     // the next start applies them all again and upgrades the queue.
     let mut conn = sqlx::PgConnection::connect(&url).await.expect("connect");
+    let markers = last_functions();
+    assert_eq!(
+        markers.len(),
+        recorded.len(),
+        "one function per migration file"
+    );
+    for name in &markers {
+        let signature: String = sqlx::query_scalar(
+            "SELECT p.oid::regprocedure::text FROM pg_proc p JOIN pg_namespace n ON n.oid = p.pronamespace
+              WHERE n.nspname = 's3p' AND p.proname = $1 LIMIT 1",
+        )
+        .bind(name)
+        .fetch_one(&mut conn)
+        .await
+        .expect("the migration made its function");
+        sqlx::raw_sql(sqlx::AssertSqlSafe(format!(
+            "ALTER FUNCTION {signature} RENAME TO {name}_before_rerun"
+        )))
+        .execute(&mut conn)
+        .await
+        .expect("rename the function away");
+    }
     sqlx::query("UPDATE s3p.migrations SET checksum = 'stale'")
         .execute(&mut conn)
         .await
@@ -68,6 +120,22 @@ async fn changed_migrations_run_again_over_existing_data() {
     .expect("template versions");
     let _ = conn.close().await;
     assert_eq!(behind, 0, "the queue schema was upgraded at start");
+    let mut conn = sqlx::PgConnection::connect(&url).await.expect("connect");
+    for name in &markers {
+        let present: i64 = sqlx::query_scalar(
+            "SELECT count(*) FROM pg_proc p JOIN pg_namespace n ON n.oid = p.pronamespace
+              WHERE n.nspname = 's3p' AND p.proname = $1",
+        )
+        .bind(name)
+        .fetch_one(&mut conn)
+        .await
+        .expect("look the function up");
+        assert!(
+            present > 0,
+            "s3p.{name} was made again: its migration re-ran"
+        );
+    }
+    let _ = conn.close().await;
 
     let job: Value = client
         .get(format!("{}/ojs/v1/jobs/{id}", second.http_url))
