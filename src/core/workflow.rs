@@ -27,13 +27,16 @@ pub struct NewStep {
     pub job: EnqueueJob,
 }
 
+/// The name of a workflow created without one.
+pub const DEFAULT_WORKFLOW_NAME: &str = "workflow";
+
 /// A workflow to create.
 #[derive(Debug, Clone, Default)]
 pub struct NewWorkflow {
     /// `chain` (each step after the previous), `group`, `batch` (group + callbacks) or `dag`.
     pub kind: String,
-    /// Name.
-    pub name: String,
+    /// Name; `DEFAULT_WORKFLOW_NAME` when the request gives none.
+    pub name: Option<String>,
     /// Steps (chain, dag) or jobs (group, batch).
     pub steps: Vec<NewStep>,
     /// Batch callbacks by name: on_complete, on_success, on_failure.
@@ -246,7 +249,8 @@ fn prepared(job: &EnqueueJob, now: DateTime<Utc>, what: &str) -> Result<Value, C
 impl Service {
     /// Creates a workflow and enqueues the steps that can run at once.
     pub async fn create_workflow(&self, workflow: NewWorkflow) -> Result<Workflow, CoreError> {
-        check_step_name(&workflow.name)?;
+        let name = workflow.name.as_deref().unwrap_or(DEFAULT_WORKFLOW_NAME);
+        check_step_name(name)?;
         if workflow.steps.is_empty() || workflow.steps.len() > MAX_WORKFLOW_STEPS {
             return Err(CoreError::invalid(format!(
                 "a workflow needs between 1 and {MAX_WORKFLOW_STEPS} steps"
@@ -281,7 +285,7 @@ impl Service {
             .store
             .create_workflow(
                 Uuid::now_v7(),
-                &workflow.name,
+                name,
                 &workflow.kind,
                 &Value::Array(steps),
                 &Value::Object(callbacks),

@@ -412,11 +412,8 @@ pub fn new_workflow(request: pb::CreateWorkflowRequest) -> Result<NewWorkflow, C
         .collect::<Result<Vec<_>, CoreError>>()?;
     Ok(NewWorkflow {
         kind: "dag".to_string(),
-        name: if request.name.is_empty() {
-            "workflow".to_string()
-        } else {
-            request.name
-        },
+        // proto3 cannot tell an empty name from none.
+        name: (!request.name.is_empty()).then_some(request.name),
         steps,
         callbacks: Vec::new(),
     })

@@ -375,7 +375,7 @@ pub fn new_workflow(body: types::WorkflowRequest) -> Result<NewWorkflow, CoreErr
     }
     Ok(NewWorkflow {
         kind,
-        name: body.name.unwrap_or_else(|| "workflow".to_string()),
+        name: body.name,
         steps,
         callbacks,
     })
