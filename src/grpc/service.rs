@@ -493,17 +493,13 @@ impl OjsService for GrpcAdapter {
         };
         answer(
             &id,
-            result.map(|page| {
-                let next = page.offset + page.jobs.len() as i64;
-                pb::ListDeadLetterResponse {
-                    jobs: page.jobs.iter().map(|j| convert::job(j, false)).collect(),
-                    total_count: page.total,
-                    next_cursor: if next < page.total {
-                        next.to_string()
-                    } else {
-                        String::new()
-                    },
-                }
+            result.map(|page| pb::ListDeadLetterResponse {
+                jobs: page.jobs.iter().map(|j| convert::job(j, false)).collect(),
+                total_count: page.total,
+                next_cursor: page
+                    .next_offset()
+                    .map(|n| n.to_string())
+                    .unwrap_or_default(),
             }),
         )
     }

@@ -307,7 +307,7 @@ impl api::HttpApi for HttpAdapter {
             .service
             .dead_letters(query.queue.as_deref(), query.limit, query.offset)
             .await?;
-        let has_more = page.offset + (page.jobs.len() as i64) < page.total;
+        let has_more = page.next_offset().is_some();
         Ok(api::ListDeadLetterResponse::Ok(types::DeadLetterList {
             jobs: page.jobs.iter().map(|j| convert::job(j, false)).collect(),
             pagination: types::Pagination {

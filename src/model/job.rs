@@ -377,6 +377,14 @@ pub struct DeadLetterPage {
     pub limit: i64,
 }
 
+impl DeadLetterPage {
+    /// Where the next page starts; `None` on the last page.
+    pub fn next_offset(&self) -> Option<i64> {
+        let next = self.offset + self.jobs.len() as i64;
+        (next < self.total).then_some(next)
+    }
+}
+
 /// What one maintenance pass did.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
 pub struct MaintenanceReport {

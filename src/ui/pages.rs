@@ -178,14 +178,14 @@ pub async fn dead_letters(
                 row
             })
             .collect();
-        let next = letters.offset + letters.limit;
+        let next = letters.next_offset();
         Ok::<Page, UiError>((
             "dead_letters.html",
             json!({
                 "queue": queue,
                 "jobs": shown,
                 "total": letters.total,
-                "next_offset": (next < letters.total).then_some(next),
+                "next_offset": next,
             }),
         ))
     }
@@ -389,22 +389,62 @@ pub async fn resume(
     after_action(&ui, done)
 }
 
+/// What an action on one job does.
+#[derive(Clone, Copy)]
+enum JobAction {
+    Cancel,
+    RetryDeadLetter,
+    DeleteDeadLetter,
+}
+
+impl JobAction {
+    /// The API operation it stands for.
+    fn operation(self) -> &'static str {
+        match self {
+            JobAction::Cancel => "cancelJob",
+            JobAction::RetryDeadLetter => "retryDeadLetter",
+            JobAction::DeleteDeadLetter => "deleteDeadLetter",
+        }
+    }
+}
+
+/// Runs an action on the job `id` with the operation's role on the job's queue; where the
+/// browser goes next.
+async fn act_on_job(
+    ui: &UiState,
+    headers: &HeaderMap,
+    id: Result<Path<String>, PathRejection>,
+    action: JobAction,
+) -> Result<String, UiError> {
+    let id = path(id)?;
+    let operation = action.operation();
+    // The role first, so that a caller without it learns nothing about the job.
+    ui.allow_action(headers, operation, None).await?;
+    let job = ui.service.get_job(&id).await?;
+    ui.allow(headers, operation, Some(&job.queue)).await?;
+    Ok(match action {
+        JobAction::Cancel => {
+            ui.service.cancel_job(&id).await?;
+            format!("/ui/jobs/{}", job.id)
+        }
+        JobAction::RetryDeadLetter => {
+            ui.service.retry_dead_letter(&id).await?;
+            "/ui/dead-letters".to_string()
+        }
+        JobAction::DeleteDeadLetter => {
+            ui.service.delete_dead_letter(&id).await?;
+            "/ui/dead-letters".to_string()
+        }
+    })
+}
+
 /// Cancels a job (as `cancelJob`).
 pub async fn cancel_job(
     State(ui): State<Arc<UiState>>,
     headers: HeaderMap,
     id: Result<Path<String>, PathRejection>,
 ) -> Response {
-    let done = async {
-        let id = path(id)?;
-        // The role first, so that a caller without it learns nothing about the job.
-        ui.allow_action(&headers, "cancelJob", None).await?;
-        let job = ui.service.get_job(&id).await?;
-        ui.allow(&headers, "cancelJob", Some(&job.queue)).await?;
-        ui.service.cancel_job(&id).await?;
-        Ok(format!("/ui/jobs/{}", job.id))
-    }
-    .await;
+    let done = act_on_job(&ui, &headers, id, JobAction::Cancel).await;
     after_action(&ui, done)
 }
 
@@ -414,17 +454,7 @@ pub async fn retry_dead_letter(
     headers: HeaderMap,
     id: Result<Path<String>, PathRejection>,
 ) -> Response {
-    let done = async {
-        let id = path(id)?;
-        // The role first, so that a caller without it learns nothing about the job.
-        ui.allow_action(&headers, "retryDeadLetter", None).await?;
-        let job = ui.service.get_job(&id).await?;
-        ui.allow(&headers, "retryDeadLetter", Some(&job.queue))
-            .await?;
-        ui.service.retry_dead_letter(&id).await?;
-        Ok("/ui/dead-letters".to_string())
-    }
-    .await;
+    let done = act_on_job(&ui, &headers, id, JobAction::RetryDeadLetter).await;
     after_action(&ui, done)
 }
 
@@ -434,17 +464,7 @@ pub async fn delete_dead_letter(
     headers: HeaderMap,
     id: Result<Path<String>, PathRejection>,
 ) -> Response {
-    let done = async {
-        let id = path(id)?;
-        // The role first, so that a caller without it learns nothing about the job.
-        ui.allow_action(&headers, "deleteDeadLetter", None).await?;
-        let job = ui.service.get_job(&id).await?;
-        ui.allow(&headers, "deleteDeadLetter", Some(&job.queue))
-            .await?;
-        ui.service.delete_dead_letter(&id).await?;
-        Ok("/ui/dead-letters".to_string())
-    }
-    .await;
+    let done = act_on_job(&ui, &headers, id, JobAction::DeleteDeadLetter).await;
     after_action(&ui, done)
 }
 
