@@ -2,20 +2,15 @@
 -- a job's retained events, and the newest workflows. Each is a bounded page.
 
 -- Up to `page_size` jobs of a queue in `state` (every state when NULL), newest first, after the
--- job `after_id` of the previous page when given. No index serves the state filter (one would cost every transition),
--- so a page scans the queue's jobs newest first until it has filled.
+-- job `after_id` of the previous page when given. No index serves the state filter (one would
+-- cost every transition), so a page scans the queue's jobs newest first until it has filled.
 CREATE OR REPLACE FUNCTION s3p.jobs_page(queue text, state text, after_id uuid, page_size int)
 RETURNS SETOF s3p.job
 LANGUAGE plpgsql STABLE AS $$
-DECLARE
-    found_schema text := s3p.queue_schema(queue);
 BEGIN
-    IF found_schema IS NULL THEN
-        RAISE EXCEPTION 'queue % not found', queue USING ERRCODE = 'PV404';
-    END IF;
     RETURN QUERY EXECUTE format(
         'SELECT * FROM %1$I.jobs j WHERE ($1 IS NULL OR j.state = $1) AND ($2 IS NULL OR j.seq < (SELECT p.seq FROM %1$I.jobs p WHERE p.id = $2))
-          ORDER BY j.seq DESC LIMIT $3', found_schema)
+          ORDER BY j.seq DESC LIMIT $3', s3p.existing_queue_schema(queue))
         USING state, after_id, page_size;
 END
 $$;
