@@ -468,3 +468,47 @@ async fn a_read_only_gateway_shows_pages_and_refuses_actions() {
     replica.stop().await;
     app.stop().await;
 }
+
+#[tokio::test]
+async fn a_form_post_over_http2_passes_the_origin_check() {
+    // HTTP/2 names the host in `:authority`, not in a Host header (browsers over HTTPS use h2).
+    let app = common::spawn_app().await;
+    let api = Api {
+        base: app.http_url.clone(),
+        token: String::new(),
+        http: reqwest::Client::new(),
+    };
+    api.enqueue("billing", "invoice.send").await;
+    let address = app.http_url.trim_start_matches("http://").to_string();
+    let tcp = tokio::net::TcpStream::connect(&address)
+        .await
+        .expect("connect");
+    let (mut sender, connection) = hyper::client::conn::http2::handshake(
+        hyper_util::rt::TokioExecutor::new(),
+        hyper_util::rt::TokioIo::new(tcp),
+    )
+    .await
+    .expect("h2c handshake");
+    tokio::spawn(connection);
+    let post = |origin: String| {
+        hyper::Request::builder()
+            .method("POST")
+            .uri(format!("http://{address}/ui/queues/billing/pause"))
+            .header("origin", origin)
+            .body(http_body_util::Empty::<hyper::body::Bytes>::new())
+            .expect("request")
+    };
+    let refused = sender
+        .send_request(post("http://evil.example".into()))
+        .await
+        .expect("post");
+    assert_eq!(refused.status(), 403);
+    assert!(!api.paused("billing").await);
+    let done = sender
+        .send_request(post(app.http_url.clone()))
+        .await
+        .expect("post");
+    assert_eq!(done.status(), 303);
+    assert!(api.paused("billing").await, "paused over HTTP/2");
+    app.stop().await;
+}

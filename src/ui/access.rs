@@ -128,6 +128,23 @@ fn same_origin(headers: &HeaderMap) -> Result<(), UiError> {
     }
 }
 
+/// Gives an HTTP/2 request, which names its host in the URI's authority rather than a `Host`
+/// header, the header the origin check reads.
+pub async fn host_from_authority(
+    mut request: axum::extract::Request,
+    next: axum::middleware::Next,
+) -> Response {
+    if !request.headers().contains_key(http::header::HOST)
+        && let Some(host) = request
+            .uri()
+            .authority()
+            .and_then(|a| http::HeaderValue::from_str(a.as_str()).ok())
+    {
+        request.headers_mut().insert(http::header::HOST, host);
+    }
+    next.run(request).await
+}
+
 /// The login form's fields.
 #[derive(Deserialize)]
 pub struct Login {

@@ -175,5 +175,6 @@ pub fn router(
         .route("/ui/cron", get(pages::cron))
         .route("/ui/workflows", get(pages::workflows))
         .route("/ui/workflows/{id}", get(pages::workflow))
+        .layer(axum::middleware::from_fn(access::host_from_authority))
         .with_state(state)
 }
