@@ -5,6 +5,8 @@
 
 mod common;
 
+use common::codes::{error_code, grpc_code};
+use common::wait::eventually;
 use std::time::Duration;
 
 use pgvs3::grpc::proto::ojs::v1 as pb;
@@ -119,37 +121,12 @@ impl Http {
     }
 }
 
-fn error_code(body: &Value) -> &str {
-    body["error"]["code"].as_str().unwrap_or("?")
-}
-
-/// The OJS code of a gRPC error (the ErrorInfo reason).
-fn grpc_code(status: &tonic::Status) -> String {
-    use tonic_types::StatusExt;
-    status
-        .get_details_error_info()
-        .map(|info| info.reason)
-        .unwrap_or_else(|| format!("grpc:{:?}", status.code()))
-}
-
 async fn channel(app: &common::TestApp) -> Channel {
     Channel::from_shared(app.grpc_url.clone())
         .expect("gRPC url")
         .connect()
         .await
         .expect("connect gRPC")
-}
-
-/// Polls `check` every 100 ms until it holds; panics with `what` after `within`.
-async fn eventually(within: Duration, what: &str, mut check: impl AsyncFnMut() -> bool) {
-    let deadline = Instant::now() + within;
-    loop {
-        if check().await {
-            return;
-        }
-        assert!(Instant::now() < deadline, "not within {within:?}: {what}");
-        tokio::time::sleep(Duration::from_millis(100)).await;
-    }
 }
 
 fn text(s: &str) -> prost_types::Value {

@@ -3,6 +3,7 @@
 
 mod common;
 
+use common::codes::grpc_code;
 use std::time::Duration;
 
 use pgvs3::grpc::proto::ojs::v1 as pb;
@@ -27,14 +28,6 @@ struct Claim {
 enum Client {
     Http(reqwest::Client, String),
     Grpc(pb::ojs_service_client::OjsServiceClient<tonic::transport::Channel>),
-}
-
-fn grpc_code(status: tonic::Status) -> String {
-    use tonic_types::StatusExt;
-    status
-        .get_details_error_info()
-        .map(|info| info.reason)
-        .unwrap_or_else(|| format!("grpc:{:?}", status.code()))
 }
 
 fn grpc_state(state: i32) -> String {
@@ -182,7 +175,7 @@ impl Client {
                 })
                 .await
                 .map(|a| grpc_state(a.into_inner().job.map_or(0, |j| j.state)))
-                .map_err(grpc_code),
+                .map_err(|s| grpc_code(&s)),
         }
     }
 
@@ -208,7 +201,7 @@ impl Client {
                 })
                 .await
                 .map(|a| grpc_state(a.into_inner().state))
-                .map_err(grpc_code),
+                .map_err(|s| grpc_code(&s)),
         }
     }
 
@@ -238,7 +231,7 @@ impl Client {
                 })
                 .await
                 .map(|r| grpc_state(r.into_inner().job.map_or(0, |j| j.state)))
-                .map_err(grpc_code),
+                .map_err(|s| grpc_code(&s)),
         }
     }
 

@@ -4,6 +4,10 @@
 //! replication catches up) and refuses every write, while the primary's gateway keeps writing.
 //! Both clusters are stopped at the end, also when the test fails.
 
+mod common;
+
+use common::codes::grpc_code;
+use common::wait::eventually;
 use std::net::{Ipv4Addr, TcpListener};
 use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};
@@ -16,7 +20,6 @@ use pgvs3::server::{self, RunningServer, ServerSettings};
 use reqwest::StatusCode;
 use serde_json::{Value, json};
 use sqlx::{Connection, PgConnection};
-use tokio::time::Instant;
 
 /// The primary, the standby and their directory; stopped and removed on drop, pass or fail.
 struct Clusters {
@@ -86,18 +89,6 @@ fn tail(path: &Path) -> String {
     lines[lines.len().saturating_sub(20)..].join("\n")
 }
 
-/// Polls `check` every 100 ms until it holds; panics with `what` after `within`.
-async fn eventually(within: Duration, what: &str, mut check: impl AsyncFnMut() -> bool) {
-    let deadline = Instant::now() + within;
-    loop {
-        if check().await {
-            return;
-        }
-        assert!(Instant::now() < deadline, "not within {within:?}: {what}");
-        tokio::time::sleep(Duration::from_millis(100)).await;
-    }
-}
-
 async fn get(client: &reqwest::Client, base: &str, path: &str) -> (StatusCode, Value) {
     let response = client
         .get(format!("{base}{path}"))
@@ -131,15 +122,6 @@ async fn post(
         status,
         serde_json::from_slice(&bytes).unwrap_or(Value::Null),
     )
-}
-
-/// The OJS code of a gRPC error (the ErrorInfo reason).
-fn grpc_code(status: &tonic::Status) -> String {
-    use tonic_types::StatusExt;
-    status
-        .get_details_error_info()
-        .map(|info| info.reason)
-        .unwrap_or_else(|| format!("grpc:{:?}", status.code()))
 }
 
 async fn gateway(url: &str) -> RunningServer {

@@ -5,6 +5,7 @@
 
 mod common;
 
+use common::codes::error_code;
 use std::collections::{HashMap, HashSet};
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
@@ -298,10 +299,6 @@ fn assert_once(seen: &[String], what: &str) -> HashSet<String> {
         "{what}: an event was delivered twice"
     );
     set
-}
-
-fn error_code(answer: &Value) -> &str {
-    answer["error"]["code"].as_str().unwrap_or("?")
 }
 
 fn int(value: &Value, field: &str) -> i64 {

@@ -5,6 +5,7 @@
 
 mod common;
 
+use common::codes::{error_code, grpc_code};
 use std::time::Duration;
 
 use pgvs3::grpc::proto::ojs::v1 as pb;
@@ -138,19 +139,6 @@ fn ids(jobs: &[Value]) -> Vec<String> {
 
 fn page_ids(page: &Value) -> Vec<String> {
     ids(page["jobs"].as_array().expect("jobs array"))
-}
-
-fn error_code(body: &Value) -> &str {
-    body["error"]["code"].as_str().unwrap_or("?")
-}
-
-/// The OJS code of a gRPC error (the ErrorInfo reason).
-fn grpc_code(status: &tonic::Status) -> String {
-    use tonic_types::StatusExt;
-    status
-        .get_details_error_info()
-        .map(|info| info.reason)
-        .unwrap_or_else(|| format!("grpc:{:?}", status.code()))
 }
 
 fn grpc_state(state: i32) -> String {

@@ -3,8 +3,10 @@
 #![allow(dead_code)]
 
 pub mod certs;
+pub mod codes;
 pub mod raw;
 pub mod tokens;
+pub mod wait;
 pub mod webdriver;
 
 use std::path::PathBuf;
