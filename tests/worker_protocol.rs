@@ -6,6 +6,7 @@
 mod common;
 
 use common::codes::{error_code, grpc_code};
+use common::wait::eventually;
 use std::time::Duration;
 
 use pgvs3::grpc::proto::ojs::v1 as pb;
@@ -261,18 +262,6 @@ async fn grpc_make_dead_letter(grpc: &mut Grpc, queue: &str) -> String {
 
 fn grpc_ids(jobs: &[pb::Job]) -> Vec<String> {
     jobs.iter().map(|j| j.id.clone()).collect()
-}
-
-/// Polls `check` every 100 ms until it holds; panics with `what` after `within`.
-async fn eventually(within: Duration, what: &str, mut check: impl AsyncFnMut() -> bool) {
-    let deadline = Instant::now() + within;
-    loop {
-        if check().await {
-            return;
-        }
-        assert!(Instant::now() < deadline, "not within {within:?}: {what}");
-        tokio::time::sleep(Duration::from_millis(100)).await;
-    }
 }
 
 // ---------------------------------------------------------------------------------------------
