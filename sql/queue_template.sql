@@ -280,23 +280,33 @@ BEGIN
 END
 $fn$;
 
--- Locks an active job for a worker's answer, checking state and lease token.
+-- Locks an active job for a worker's answer, checking state and lease token. Only a job that
+-- passes is locked: PostgreSQL sends an error before it releases the failed statement's locks, so
+-- a refused answer that had locked an available job would make the next claim skip it.
 CREATE OR REPLACE FUNCTION __SCHEMA__.lock_active(job_id uuid, token uuid) RETURNS s3p.job
 LANGUAGE plpgsql AS $fn$
 DECLARE
     current s3p.job;
 BEGIN
-    SELECT * INTO current FROM __SCHEMA__.jobs WHERE id = job_id FOR UPDATE;
-    IF NOT FOUND THEN
-        RAISE EXCEPTION 'job % not found', job_id USING ERRCODE = 'PV404';
-    END IF;
-    IF token IS NOT NULL AND token IS DISTINCT FROM current.lease_token THEN
-        RAISE EXCEPTION 'lease token is not the current lease of job %', job_id USING ERRCODE = 'PV410';
-    END IF;
-    IF current.state <> 'active' THEN
-        RAISE EXCEPTION 'job % is %, not active', job_id, current.state USING ERRCODE = 'PV409';
-    END IF;
-    RETURN current;
+    LOOP
+        SELECT * INTO current FROM __SCHEMA__.jobs
+         WHERE id = job_id AND state = 'active' AND (token IS NULL OR lease_token = token)
+           FOR UPDATE;
+        IF FOUND THEN
+            RETURN current;
+        END IF;
+        SELECT * INTO current FROM __SCHEMA__.jobs WHERE id = job_id;
+        IF NOT FOUND THEN
+            RAISE EXCEPTION 'job % not found', job_id USING ERRCODE = 'PV404';
+        END IF;
+        IF token IS NOT NULL AND token IS DISTINCT FROM current.lease_token THEN
+            RAISE EXCEPTION 'lease token is not the current lease of job %', job_id USING ERRCODE = 'PV410';
+        END IF;
+        IF current.state <> 'active' THEN
+            RAISE EXCEPTION 'job % is %, not active', job_id, current.state USING ERRCODE = 'PV409';
+        END IF;
+        -- Claimed between the two reads: lock it now.
+    END LOOP;
 END
 $fn$;
 
@@ -469,18 +479,21 @@ LANGUAGE plpgsql AS $fn$
 DECLARE
     current s3p.job;
 BEGIN
-    SELECT * INTO current FROM __SCHEMA__.jobs WHERE id = job_id FOR UPDATE;
-    IF NOT FOUND THEN
-        RAISE EXCEPTION 'job % not found', job_id USING ERRCODE = 'PV404';
-    END IF;
-    IF current.state <> 'pending' THEN
-        RAISE EXCEPTION 'job % is %, not pending', job_id, current.state USING ERRCODE = 'PV409';
-    END IF;
+    -- Only a pending job is locked (see lock_active: a refusal must leave no lock behind).
     RETURN QUERY
     UPDATE __SCHEMA__.jobs
        SET state = 'available', previous_state = 'pending', run_at = now(), enqueued_at = now()
-     WHERE id = job_id
+     WHERE id = job_id AND state = 'pending'
     RETURNING *;
+    IF FOUND THEN
+        RETURN;
+    END IF;
+    SELECT * INTO current FROM __SCHEMA__.jobs WHERE id = job_id;
+    IF NOT FOUND THEN
+        RAISE EXCEPTION 'job % not found', job_id USING ERRCODE = 'PV404';
+    END IF;
+    -- Not pending: a job never becomes pending again once it was something else.
+    RAISE EXCEPTION 'job % is %, not pending', job_id, current.state USING ERRCODE = 'PV409';
 END
 $fn$;
 

@@ -971,6 +971,74 @@ async fn activate_over_grpc() {
     assert_eq!(grpc_ids(&claimed), vec![id]);
 }
 
+/// PostgreSQL sends a statement's error before it releases the statement's row locks, so a
+/// refusal that had locked an available job made the very next claim skip it (SKIP LOCKED; the
+/// activation test lost its job that way about once in twenty runs). A refused activation or ack
+/// therefore locks nothing: here another transaction holds the job's row, and the refusals must
+/// still answer at once (a refusal that locks would wait for that transaction).
+#[tokio::test]
+async fn refused_activations_and_acks_take_no_row_lock() {
+    use sqlx::Connection;
+    let app = common::spawn_app().await;
+    let http = Http::new(&app);
+    let job = http
+        .enqueue(json!({"type": "refused.job", "args": [], "options": {"queue": "refusals"}}))
+        .await;
+    let id = id_of(&job);
+    let claimed = http.fetch(json!({"queues": ["refusals"]})).await;
+    assert_eq!(ids(&claimed), vec![id.clone()]);
+    let stale = claimed[0]["lease_token"].clone();
+    let (status, body) = http
+        .post(
+            "/ojs/v1/workers/nack",
+            json!({"job_id": id, "lease_token": stale, "requeue": true,
+                   "error": {"code": "handler_error", "message": "again"}}),
+        )
+        .await;
+    assert_eq!(status, StatusCode::OK, "nack: {body}");
+
+    let mut holder = sqlx::PgConnection::connect(&app.database_url)
+        .await
+        .expect("connect");
+    let mut held = holder.begin().await.expect("begin");
+    let schema: String =
+        sqlx::query_scalar("SELECT schema_name FROM s3p.queues WHERE name = 'refusals'")
+            .fetch_one(&mut *held)
+            .await
+            .expect("schema");
+    let uuid: uuid::Uuid = id.parse().expect("uuid");
+    sqlx::query(sqlx::AssertSqlSafe(format!(
+        "SELECT 1 FROM \"{schema}\".jobs WHERE id = $1 FOR UPDATE"
+    )))
+    .bind(uuid)
+    .execute(&mut *held)
+    .await
+    .expect("lock the job's row");
+
+    let within = Duration::from_secs(5);
+    let activate = tokio::time::timeout(
+        within,
+        http.post(&format!("/ojs/v1/jobs/{id}/activate"), json!({})),
+    )
+    .await
+    .expect("a refused activation does not wait for the row lock");
+    assert_eq!(activate.0, StatusCode::CONFLICT, "activate: {}", activate.1);
+    let ack = tokio::time::timeout(
+        within,
+        http.post(
+            "/ojs/v1/workers/ack",
+            json!({"job_id": id, "lease_token": stale}),
+        ),
+    )
+    .await
+    .expect("a refused ack does not wait for the row lock");
+    assert!(ack.0.is_client_error(), "stale ack: {} {}", ack.0, ack.1);
+    held.rollback().await.expect("rollback");
+
+    let claimed = http.fetch(json!({"queues": ["refusals"]})).await;
+    assert_eq!(ids(&claimed), vec![id], "the job is still there to claim");
+}
+
 // ---------------------------------------------------------------------------------------------
 // 5. Retention and id reuse.
 
