@@ -33,8 +33,9 @@ pub const DEFAULT_WORKFLOW_NAME: &str = "workflow";
 /// A workflow to create.
 #[derive(Debug, Clone, Default)]
 pub struct NewWorkflow {
-    /// `chain` (each step after the previous), `group`, `batch` (group + callbacks) or `dag`.
-    pub kind: String,
+    /// `chain` (each step after the previous), `group`, `batch` (group + callbacks) or `dag`;
+    /// none: `dag` when a step names its id or dependencies (see `workflow_kind`).
+    pub kind: Option<String>,
     /// Name; `DEFAULT_WORKFLOW_NAME` when the request gives none.
     pub name: Option<String>,
     /// Steps (chain, dag) or jobs (group, batch).
@@ -178,10 +179,27 @@ fn check_step_name(name: &str) -> Result<(), CoreError> {
     }
 }
 
+/// The workflow's type: the one it names, else `dag` when its steps name ids or dependencies.
+fn workflow_kind(workflow: &NewWorkflow) -> Result<&str, CoreError> {
+    match &workflow.kind {
+        Some(kind) => Ok(kind),
+        None if workflow
+            .steps
+            .iter()
+            .any(|s| s.key.is_some() || !s.depends_on.is_empty()) =>
+        {
+            Ok("dag")
+        }
+        None => Err(CoreError::invalid(
+            "type is required: chain, group or batch",
+        )),
+    }
+}
+
 /// Dependency positions per step; refuses unknown names and cycles.
 fn dependencies(workflow: &NewWorkflow) -> Result<Vec<Vec<usize>>, CoreError> {
     let n = workflow.steps.len();
-    match workflow.kind.as_str() {
+    match workflow_kind(workflow)? {
         "chain" => {
             return Ok((0..n)
                 .map(|i| if i == 0 { vec![] } else { vec![i - 1] })
@@ -251,6 +269,7 @@ impl Service {
     pub async fn create_workflow(&self, workflow: NewWorkflow) -> Result<Workflow, CoreError> {
         let name = workflow.name.as_deref().unwrap_or(DEFAULT_WORKFLOW_NAME);
         check_step_name(name)?;
+        let kind = workflow_kind(&workflow)?;
         if workflow.steps.is_empty() || workflow.steps.len() > MAX_WORKFLOW_STEPS {
             return Err(CoreError::invalid(format!(
                 "a workflow needs between 1 and {MAX_WORKFLOW_STEPS} steps"
@@ -266,7 +285,7 @@ impl Service {
                 "job": prepared(&step.job, now, &format!("steps[{i}]"))?,
             }));
         }
-        if !workflow.callbacks.is_empty() && workflow.kind != "batch" {
+        if !workflow.callbacks.is_empty() && kind != "batch" {
             return Err(CoreError::invalid("callbacks belong to batch workflows"));
         }
         let mut callbacks = Map::new();
@@ -286,7 +305,7 @@ impl Service {
             .create_workflow(
                 Uuid::now_v7(),
                 name,
-                &workflow.kind,
+                kind,
                 &Value::Array(steps),
                 &Value::Object(callbacks),
             )
@@ -430,7 +449,7 @@ mod tests {
     #[test]
     fn dag_dependencies_resolve_and_cycles_are_refused() {
         let ok = NewWorkflow {
-            kind: "dag".into(),
+            kind: Some("dag".into()),
             steps: vec![step("a", &[]), step("b", &["a"]), step("c", &["a", "b"])],
             ..Default::default()
         };
@@ -439,22 +458,47 @@ mod tests {
             vec![vec![], vec![0], vec![0, 1]]
         );
         let cycle = NewWorkflow {
-            kind: "dag".into(),
+            kind: Some("dag".into()),
             steps: vec![step("a", &["b"]), step("b", &["a"])],
             ..Default::default()
         };
         assert!(dependencies(&cycle).is_err());
         let unknown = NewWorkflow {
-            kind: "dag".into(),
+            kind: Some("dag".into()),
             steps: vec![step("a", &["zzz"])],
             ..Default::default()
         };
         assert!(dependencies(&unknown).is_err());
         let chain = NewWorkflow {
-            kind: "chain".into(),
+            kind: Some("chain".into()),
             steps: vec![step("a", &[]), step("b", &[])],
             ..Default::default()
         };
         assert_eq!(dependencies(&chain).expect("chain"), vec![vec![], vec![0]]);
+    }
+
+    #[test]
+    fn without_a_type_named_steps_make_a_dag_and_plain_steps_are_refused() {
+        let named = NewWorkflow {
+            steps: vec![step("a", &[]), step("b", &["a"])],
+            ..Default::default()
+        };
+        assert_eq!(workflow_kind(&named).expect("dag"), "dag");
+        let plain = NewWorkflow {
+            steps: vec![NewStep::default()],
+            ..Default::default()
+        };
+        let refused = workflow_kind(&plain).expect_err("no type");
+        assert!(
+            refused.message.contains("type is required"),
+            "{}",
+            refused.message
+        );
+        let given = NewWorkflow {
+            kind: Some("group".into()),
+            steps: vec![step("a", &[])],
+            ..Default::default()
+        };
+        assert_eq!(workflow_kind(&given).expect("group"), "group");
     }
 }

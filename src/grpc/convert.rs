@@ -411,7 +411,7 @@ pub fn new_workflow(request: pb::CreateWorkflowRequest) -> Result<NewWorkflow, C
         })
         .collect::<Result<Vec<_>, CoreError>>()?;
     Ok(NewWorkflow {
-        kind: "dag".to_string(),
+        kind: Some("dag".to_string()),
         // proto3 cannot tell an empty name from none.
         name: (!request.name.is_empty()).then_some(request.name),
         steps,

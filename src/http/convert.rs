@@ -334,23 +334,11 @@ fn workflow_job(job: types::WorkflowJob) -> EnqueueJob {
 
 /// A workflow request in core terms: `type` chain / group / batch, or steps with `depends_on`.
 pub fn new_workflow(body: types::WorkflowRequest) -> Result<NewWorkflow, CoreError> {
-    let is_dag = body.r#type.is_none()
-        && body
-            .steps
-            .as_ref()
-            .is_some_and(|s| s.iter().any(|j| j.depends_on.is_some() || j.id.is_some()));
-    let kind = match (&body.r#type, is_dag) {
-        (Some(kind), _) => kind.clone(),
-        (None, true) => "dag".to_string(),
-        (None, false) => {
-            return Err(CoreError::invalid(
-                "type is required: chain, group or batch",
-            ));
-        }
-    };
-    let jobs = match kind.as_str() {
-        "group" | "batch" => body.jobs.or(body.steps),
-        _ => body.steps.or(body.jobs),
+    // `jobs` and `steps` name the same list; without a type only `steps` may hold a DAG.
+    let jobs = match body.r#type.as_deref() {
+        Some("group" | "batch") => body.jobs.or(body.steps),
+        Some(_) => body.steps.or(body.jobs),
+        None => body.steps,
     }
     .unwrap_or_default();
     let steps = jobs
@@ -374,7 +362,7 @@ pub fn new_workflow(body: types::WorkflowRequest) -> Result<NewWorkflow, CoreErr
         }
     }
     Ok(NewWorkflow {
-        kind,
+        kind: body.r#type,
         name: body.name,
         steps,
         callbacks,
