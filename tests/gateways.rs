@@ -208,29 +208,6 @@ async fn disguised_grpc_enqueue(channel: &Channel, queue: &str) -> (u16, Option<
     (status, header.or(trailer))
 }
 
-/// Sends the head and part of the body of a request to `path`, and never the rest.
-async fn hold(addr: &str, path: &str) -> tokio::net::TcpStream {
-    use tokio::io::AsyncWriteExt;
-    let mut held = tokio::net::TcpStream::connect(addr).await.expect("connect");
-    held.write_all(
-        format!(
-            "POST {path} HTTP/1.1\r\nHost: {addr}\r\n\
-             Content-Type: application/json\r\nContent-Length: 200\r\n\r\n{{\"type\":"
-        )
-        .as_bytes(),
-    )
-    .await
-    .expect("write the head of a request");
-    held.flush().await.expect("flush");
-    held
-}
-
-/// Whether the server has sent nothing back on `stream` (nor closed it).
-fn unanswered(stream: &tokio::net::TcpStream) -> bool {
-    let mut byte = [0u8; 1];
-    matches!(stream.try_read(&mut byte), Err(e) if e.kind() == std::io::ErrorKind::WouldBlock)
-}
-
 async fn db(url: &str) -> PgConnection {
     PgConnection::connect(url)
         .await
@@ -1238,29 +1215,36 @@ async fn per_queue_admission_refuses_one_queue_while_another_works() {
     let job = http.enqueue("hot", "hot.job").await;
     http.enqueue("cold", "cold.job").await;
 
-    // Hold a request on `hot`: headers and part of the body sent, the rest never comes. A probe
-    // can overtake it and take the queue's slot first; then the held request is refused, and sent
-    // again.
-    let addr = app.http_url.trim_start_matches("http://").to_string();
-    let mut held: Option<tokio::net::TcpStream> = None;
+    // Hold a request on `hot` in flight: a resume of it, admitted and then waiting for the queue's
+    // catalog row, which another transaction holds. (Queue permits are taken once a request is
+    // decoded, so a request whose body is still arriving holds none.) A probe can overtake it and
+    // take the queue's slot first; then the probe is answered and the next one is refused.
+    let mut lock = db(&app.database_url).await;
+    sqlx::query("BEGIN")
+        .execute(&mut lock)
+        .await
+        .expect("begin");
+    sqlx::query("SELECT 1 FROM s3p.queues WHERE name = 'hot' FOR UPDATE")
+        .execute(&mut lock)
+        .await
+        .expect("lock hot's catalog row");
+    let held = tokio::spawn({
+        let client = http.client.clone();
+        let url = format!("{}/ojs/v1/queues/hot/resume", app.http_url);
+        async move { client.post(url).json(&json!({})).send().await }
+    });
     let mut refused = Value::Null;
     eventually(
         Duration::from_secs(5),
         "a request on the held queue gets 429",
         async || {
-            if held.as_ref().is_none_or(|h| !unanswered(h)) {
-                held = Some(hold(&addr, "/ojs/v1/queues/hot/messages").await);
-                tokio::time::sleep(Duration::from_millis(50)).await;
-            }
             let response = http
                 .client
                 .get(format!("{}/ojs/v1/queues/hot/stats", app.http_url))
                 .send()
                 .await
                 .expect("stats");
-            if response.status() != StatusCode::TOO_MANY_REQUESTS
-                || !held.as_ref().is_some_and(unanswered)
-            {
+            if response.status() != StatusCode::TOO_MANY_REQUESTS {
                 return false;
             }
             assert!(
@@ -1272,7 +1256,7 @@ async fn per_queue_admission_refuses_one_queue_while_another_works() {
         },
     )
     .await;
-    let held = held.expect("a held request");
+    assert!(!held.is_finished(), "the held request is still in flight");
     assert_eq!(error_code(&refused), "rate_limited", "{refused}");
     assert_eq!(refused["error"]["retryable"], true, "{refused}");
     assert_eq!(refused["error"]["details"]["queue"], "hot", "{refused}");
@@ -1307,7 +1291,7 @@ async fn per_queue_admission_refuses_one_queue_while_another_works() {
     assert_eq!(status, StatusCode::TOO_MANY_REQUESTS);
 
     // The held request is the one counted: it has had no answer.
-    assert!(unanswered(&held), "the held request was answered");
+    assert!(!held.is_finished(), "the held request was answered");
 
     // Another queue, and requests naming no queue, still work; the refused fetch took no permit
     // on `cold`, and its cold job is still there.
@@ -1358,8 +1342,13 @@ async fn per_queue_admission_refuses_one_queue_while_another_works() {
         .await
         .expect("gRPC on another queue works");
 
-    // Abandoning the held request gives `hot` back.
-    drop(held);
+    // Once the held request is answered, `hot` is back.
+    sqlx::query("ROLLBACK")
+        .execute(&mut lock)
+        .await
+        .expect("rollback");
+    let resumed = held.await.expect("join").expect("the held request");
+    assert_eq!(resumed.status(), StatusCode::OK);
     eventually(Duration::from_secs(3), "the queue comes back", async || {
         http.post(
             "/ojs/v1/queues/hot/messages",

@@ -9,7 +9,7 @@ use serde_json::Value;
 use super::ApiError;
 use crate::core::job::TraceContext;
 use crate::core::{CoreError, ErrorKind};
-use crate::middleware::{AdmissionSlot, BodyLimit, CarriedTrace, RequestId};
+use crate::middleware::{AdmissionSlot, BodyLimit, CarriedTrace, QueueAdmission, RequestId};
 
 /// What every operation knows about its request.
 #[derive(Debug, Clone)]
@@ -20,6 +20,18 @@ pub struct RequestContext {
     pub admission: AdmissionSlot,
     /// The W3C trace context the request carried.
     pub trace: Option<TraceContext>,
+    /// The token scope and per-queue permits of the request.
+    pub queues: QueueAdmission,
+}
+
+impl RequestContext {
+    /// Admits the request on the queues it names, once decoded (see `middleware::QueueAdmission`).
+    pub fn admit<Q: Into<String>>(
+        &self,
+        queues: impl IntoIterator<Item = Q>,
+    ) -> Result<(), CoreError> {
+        self.queues.admit(queues.into_iter().map(Into::into))
+    }
 }
 
 fn request_id_of(extensions: &http::Extensions) -> String {
@@ -47,6 +59,7 @@ impl<S: Send + Sync> FromRequestParts<S> for RequestContext {
                     parent: t.parent.clone(),
                     state: t.state.clone(),
                 }),
+            queues: QueueAdmission::of(&parts.extensions),
         })
     }
 }

@@ -89,6 +89,7 @@ impl api::HttpApi for HttpAdapter {
         body: types::EnqueueRequest,
     ) -> Result<api::EnqueueJobResponse, ApiError> {
         let mut job = convert::enqueue(body);
+        ctx.admit([job.queue()])?;
         job.trace_context = ctx.trace.clone();
         let enqueued = self.service.enqueue(job).await?;
         let body = types::JobEnvelope {
@@ -109,7 +110,7 @@ impl api::HttpApi for HttpAdapter {
         ctx: RequestContext,
         body: types::EnqueueBatchRequest,
     ) -> Result<api::EnqueueJobsResponse, ApiError> {
-        let jobs = body
+        let jobs: Vec<_> = body
             .jobs
             .into_iter()
             .map(|j| {
@@ -118,6 +119,7 @@ impl api::HttpApi for HttpAdapter {
                 job
             })
             .collect();
+        ctx.admit(jobs.iter().map(|j| j.queue()))?;
         let jobs = self.service.enqueue_batch(jobs).await?;
         Ok(api::EnqueueJobsResponse::Created(
             types::EnqueueBatchResponse {
@@ -161,6 +163,7 @@ impl api::HttpApi for HttpAdapter {
             visibility_timeout_ms: body.visibility_timeout_ms,
             wait_ms: body.wait_ms,
         };
+        ctx.admit(request.queues.iter().map(String::as_str))?;
         let jobs = self
             .service
             .fetch_then_idle(request, || ctx.admission.release())
@@ -350,6 +353,7 @@ impl api::HttpApi for HttpAdapter {
         q: String,
         body: types::NewMessage,
     ) -> Result<api::AppendMessageResponse, ApiError> {
+        ctx.admit([q.as_str()])?;
         let mut message = convert::message(body);
         message.trace_context = ctx.trace.clone();
         let appended = self.service.append(&q, &[message]).await?;
@@ -367,6 +371,7 @@ impl api::HttpApi for HttpAdapter {
         q: String,
         body: types::NewMessages,
     ) -> Result<api::AppendMessagesResponse, ApiError> {
+        ctx.admit([q.as_str()])?;
         let messages: Vec<_> = body
             .messages
             .into_iter()
@@ -386,10 +391,11 @@ impl api::HttpApi for HttpAdapter {
 
     async fn subscribe(
         &self,
-        _ctx: RequestContext,
+        ctx: RequestContext,
         q: String,
         body: types::SubscribeRequest,
     ) -> Result<api::SubscribeResponse, ApiError> {
+        ctx.admit([q.as_str()])?;
         let s = self
             .service
             .subscribe(&q, &body.consumer, body.from_tick, body.cooperative)
@@ -411,10 +417,11 @@ impl api::HttpApi for HttpAdapter {
 
     async fn list_consumers(
         &self,
-        _ctx: RequestContext,
+        ctx: RequestContext,
         q: String,
         query: api::ListConsumersQuery,
     ) -> Result<api::ListConsumersResponse, ApiError> {
+        ctx.admit([q.as_str()])?;
         let page = self
             .service
             .consumers(&q, &convert::page_request(query.limit, query.cursor))
@@ -427,10 +434,11 @@ impl api::HttpApi for HttpAdapter {
 
     async fn unsubscribe(
         &self,
-        _ctx: RequestContext,
+        ctx: RequestContext,
         q: String,
         consumer: String,
     ) -> Result<api::UnsubscribeResponse, ApiError> {
+        ctx.admit([q.as_str()])?;
         self.service.unsubscribe(&q, &consumer).await?;
         Ok(api::UnsubscribeResponse::Ok(types::Unsubscribed {
             deleted: true,
@@ -444,6 +452,7 @@ impl api::HttpApi for HttpAdapter {
         q: String,
         body: types::ReceiveRequest,
     ) -> Result<api::ReceiveResponse, ApiError> {
+        ctx.admit([q.as_str()])?;
         let request = Receive {
             consumer: body.consumer,
             member: body.member,
@@ -460,19 +469,21 @@ impl api::HttpApi for HttpAdapter {
 
     async fn get_batch(
         &self,
-        _ctx: RequestContext,
+        ctx: RequestContext,
         q: String,
         id: String,
     ) -> Result<api::GetBatchResponse, ApiError> {
+        ctx.admit([q.as_str()])?;
         let batch = self.service.batch(&q, &id).await?;
         Ok(api::GetBatchResponse::Ok(convert::batch(Some(batch))))
     }
 
     async fn stream_ack(
         &self,
-        _ctx: RequestContext,
+        ctx: RequestContext,
         body: types::StreamAckRequest,
     ) -> Result<api::StreamAckResponse, ApiError> {
+        ctx.admit([body.queue.as_str()])?;
         let cursor = self
             .service
             .stream_ack(&body.queue, &body.batch_id, body.consumer.as_deref())
@@ -486,9 +497,10 @@ impl api::HttpApi for HttpAdapter {
 
     async fn stream_nack(
         &self,
-        _ctx: RequestContext,
+        ctx: RequestContext,
         body: types::StreamNackRequest,
     ) -> Result<api::StreamNackResponse, ApiError> {
+        ctx.admit([body.queue.as_str()])?;
         let outcome = self
             .service
             .stream_nack(
@@ -509,9 +521,10 @@ impl api::HttpApi for HttpAdapter {
 
     async fn stream_info(
         &self,
-        _ctx: RequestContext,
+        ctx: RequestContext,
         q: String,
     ) -> Result<api::StreamInfoResponse, ApiError> {
+        ctx.admit([q.as_str()])?;
         let info = self.service.stream_info(&q).await?;
         let mut extra = info.as_object().cloned().unwrap_or_default();
         convert::normalize_times(&mut extra);
@@ -524,9 +537,10 @@ impl api::HttpApi for HttpAdapter {
 
     async fn get_queue_config(
         &self,
-        _ctx: RequestContext,
+        ctx: RequestContext,
         q: String,
     ) -> Result<api::GetQueueConfigResponse, ApiError> {
+        ctx.admit([q.as_str()])?;
         let config = self
             .service
             .queue_config(&q, QueueConfigChanges::default())
@@ -538,10 +552,11 @@ impl api::HttpApi for HttpAdapter {
 
     async fn set_queue_config(
         &self,
-        _ctx: RequestContext,
+        ctx: RequestContext,
         q: String,
         body: types::QueueConfigUpdate,
     ) -> Result<api::SetQueueConfigResponse, ApiError> {
+        ctx.admit([q.as_str()])?;
         let changes = convert::queue_config_changes(body)?;
         let config = self.service.queue_config(&q, changes).await?;
         Ok(api::SetQueueConfigResponse::Ok(convert::queue_config(
@@ -551,9 +566,10 @@ impl api::HttpApi for HttpAdapter {
 
     async fn create_queue(
         &self,
-        _ctx: RequestContext,
+        ctx: RequestContext,
         body: types::CreateQueueRequest,
     ) -> Result<api::CreateQueueResponse, ApiError> {
+        ctx.admit([body.name.as_str()])?;
         let created = self.service.create_queue(&body.name).await?;
         let queue = self.service.queue_summary(&body.name).await?;
         let envelope = types::QueueEnvelope {
@@ -572,9 +588,10 @@ impl api::HttpApi for HttpAdapter {
 
     async fn drop_queue(
         &self,
-        _ctx: RequestContext,
+        ctx: RequestContext,
         q: String,
     ) -> Result<api::DropQueueResponse, ApiError> {
+        ctx.admit([q.as_str()])?;
         self.service.drop_queue(&q).await?;
         Ok(api::DropQueueResponse::Ok(types::QueueDropped {
             dropped: true,
@@ -584,9 +601,10 @@ impl api::HttpApi for HttpAdapter {
 
     async fn queue_stats(
         &self,
-        _ctx: RequestContext,
+        ctx: RequestContext,
         q: String,
     ) -> Result<api::QueueStatsResponse, ApiError> {
+        ctx.admit([q.as_str()])?;
         let stats = self.service.queue_stats(&q).await?;
         let computed_at = format_time(&chrono::Utc::now());
         let mut extra = stats.as_object().cloned().unwrap_or_default();
@@ -610,10 +628,11 @@ impl api::HttpApi for HttpAdapter {
 
     async fn pause_queue(
         &self,
-        _ctx: RequestContext,
+        ctx: RequestContext,
         q: String,
         _body: Option<types::Empty>,
     ) -> Result<api::PauseQueueResponse, ApiError> {
+        ctx.admit([q.as_str()])?;
         let paused = self.service.set_paused(&q, true).await?;
         Ok(api::PauseQueueResponse::Ok(types::QueuePaused {
             queue: types::QueuePauseState { name: q, paused },
@@ -622,10 +641,11 @@ impl api::HttpApi for HttpAdapter {
 
     async fn resume_queue(
         &self,
-        _ctx: RequestContext,
+        ctx: RequestContext,
         q: String,
         _body: Option<types::Empty>,
     ) -> Result<api::ResumeQueueResponse, ApiError> {
+        ctx.admit([q.as_str()])?;
         let paused = self.service.set_paused(&q, false).await?;
         Ok(api::ResumeQueueResponse::Ok(types::QueuePaused {
             queue: types::QueuePauseState { name: q, paused },
@@ -634,10 +654,11 @@ impl api::HttpApi for HttpAdapter {
 
     async fn list_stream_dead_letters(
         &self,
-        _ctx: RequestContext,
+        ctx: RequestContext,
         q: String,
         query: api::ListStreamDeadLettersQuery,
     ) -> Result<api::ListStreamDeadLettersResponse, ApiError> {
+        ctx.admit([q.as_str()])?;
         let page = self
             .service
             .stream_dead_letters(&q, query.limit, query.offset)
@@ -656,10 +677,11 @@ impl api::HttpApi for HttpAdapter {
 
     async fn purge_stream_dead_letters(
         &self,
-        _ctx: RequestContext,
+        ctx: RequestContext,
         q: String,
         query: api::PurgeStreamDeadLettersQuery,
     ) -> Result<api::PurgeStreamDeadLettersResponse, ApiError> {
+        ctx.admit([q.as_str()])?;
         let purged = self.service.stream_purge(&q, &query.older_than).await?;
         Ok(api::PurgeStreamDeadLettersResponse::Ok(types::Purged {
             purged: i64::from(purged),
@@ -668,11 +690,12 @@ impl api::HttpApi for HttpAdapter {
 
     async fn replay_stream_dead_letter(
         &self,
-        _ctx: RequestContext,
+        ctx: RequestContext,
         q: String,
         id: String,
         _body: Option<types::Empty>,
     ) -> Result<api::ReplayStreamDeadLetterResponse, ApiError> {
+        ctx.admit([q.as_str()])?;
         let replayed = self.service.stream_replay(&q, Some(&id)).await?;
         Ok(api::ReplayStreamDeadLetterResponse::Ok(types::Replayed {
             replayed: i64::from(replayed),
@@ -681,10 +704,11 @@ impl api::HttpApi for HttpAdapter {
 
     async fn replay_stream_dead_letters(
         &self,
-        _ctx: RequestContext,
+        ctx: RequestContext,
         q: String,
         _body: Option<types::Empty>,
     ) -> Result<api::ReplayStreamDeadLettersResponse, ApiError> {
+        ctx.admit([q.as_str()])?;
         let replayed = self.service.stream_replay(&q, None).await?;
         Ok(api::ReplayStreamDeadLettersResponse::Ok(types::Replayed {
             replayed: i64::from(replayed),

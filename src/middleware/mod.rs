@@ -25,7 +25,7 @@ pub use auth::Auth;
 pub use body_limit::BodyLimit;
 pub use observe::{LATENCY_BUCKETS, RequestLabels, RequestMetrics};
 pub use operation::{Operation, Protocol, classify};
-pub use queue_admission::{QueueGate, QueueLimits, admit_queues};
+pub use queue_admission::{QueueAdmission, QueueGate, QueueLimits, admit_queues};
 pub use request_id::RequestId;
 pub use trace_context::CarriedTrace;
 
@@ -83,8 +83,8 @@ impl StackState {
 /// Wraps `router` (HTTP and gRPC routes alike) in the shared stack.
 pub fn apply(router: axum::Router, state: Arc<StackState>) -> axum::Router {
     use axum::middleware::from_fn_with_state;
-    // The last layer added runs first. Per-queue admission runs inside the global one, so bodies
-    // it buffers to find their queue are bounded by the global limit too.
+    // The last layer added runs first. The per-queue gate goes in after the global slot, which
+    // holds the queue permits the adapters take.
     router
         .layer(from_fn_with_state(state.clone(), queue_admission::admit))
         .layer(from_fn_with_state(state.clone(), admission::admit))

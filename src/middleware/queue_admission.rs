@@ -3,34 +3,27 @@
 //! cannot take every global slot. A request beyond it is refused at once (429 `rate_limited` +
 //! `Retry-After`), never queued.
 //!
-//! The queue of an HTTP request comes from its path (`/ojs/v1/queues/{q}/...`) or, for JSON
-//! bodies, from `options.queue` (enqueue; `default` when absent; every job's for a batch), `queue`
-//! (stream ack/nack), `name` (queue creation) or every name in `queues` (fetch). A request naming
-//! several queues takes all their permits or none. Such a body (already bounded by the body limit)
-//! is buffered here and put back for the handler. Requests naming no queue (job ids, manifest,
-//! health, queue list) count against the global limit alone. gRPC messages are only decoded by
-//! tonic, after the stack: gRPC requests get the `QueueGate` and the adapters take their queues'
-//! permits with `admit_queues`.
+//! Both protocols take their queues' permits the same way, after decoding: the adapter turns the
+//! request into core terms, the core names its queues (a job's queue, `default` when it names
+//! none; a fetch's queues; a path's queue), and the adapter calls `admit_queues` with them before
+//! the core runs the operation. A request naming several queues takes all their permits or none.
+//! Requests naming no queue (job ids, manifest, health, queue list) count against the global limit
+//! alone.
 //!
 //! Like the global permit, the queue permits live in the request's `AdmissionSlot`: held until
 //! the response's last frame is produced, and given back when an operation goes idle (a long poll).
 //!
 //! The same queue list is where a token's queue scope is checked (`forbidden` naming the first
-//! queue outside it), before any permit is taken; bodies are read for it even with limits off.
+//! queue outside it), before any permit is taken, with limits on or off.
 
 use std::collections::{BTreeSet, HashMap};
-use std::pin::Pin;
 use std::sync::{Arc, Mutex, MutexGuard};
-use std::task::{Context, Poll};
 
-use axum::body::Body;
 use axum::extract::{Request, State};
 use axum::middleware::Next;
 use axum::response::Response;
-use bytes::Bytes;
-use serde_json::Value;
 
-use super::{AdmissionSlot, Operation, Protocol, RequestId, StackState};
+use super::{AdmissionSlot, StackState};
 use crate::core::{CoreError, ErrorKind, Grant};
 
 /// In-flight request counts per queue: one counting semaphore per queue, kept in one map so a
@@ -113,185 +106,64 @@ impl Drop for QueuePermits {
     }
 }
 
-/// Decodes `%XX` escapes the way the router does before matching `{q}`.
-fn percent_decode(segment: &str) -> String {
-    let bytes = segment.as_bytes();
-    let mut out = Vec::with_capacity(bytes.len());
-    let mut i = 0;
-    while i < bytes.len() {
-        let hex = |b: u8| (b as char).to_digit(16);
-        if bytes[i] == b'%'
-            && i + 2 < bytes.len()
-            && let (Some(hi), Some(lo)) = (hex(bytes[i + 1]), hex(bytes[i + 2]))
-        {
-            out.push((hi * 16 + lo) as u8);
-            i += 3;
-        } else {
-            out.push(bytes[i]);
-            i += 1;
-        }
-    }
-    String::from_utf8_lossy(&out).into_owned()
-}
-
-/// The queue named by a `/ojs/v1/queues/{q}[/...]` path.
-pub fn queue_in_path(path: &str) -> Option<String> {
-    let rest = path.strip_prefix("/ojs/v1/queues/")?;
-    let segment = rest.split('/').next().unwrap_or("");
-    (!segment.is_empty()).then(|| percent_decode(segment))
-}
-
-/// The operations whose JSON body names their queues.
-fn reads_body(operation: &str) -> bool {
-    matches!(
-        operation,
-        "enqueueJob" | "enqueueJobs" | "fetchJobs" | "streamAck" | "streamNack" | "createQueue"
-    )
-}
-
-/// A job's queue: `options.queue`, else the envelope's top-level `queue`, `default` when both are
-/// absent; none when it is not a string.
-fn job_queue(job: &Value) -> Option<String> {
-    let given = match job.pointer("/options/queue") {
-        None | Some(Value::Null) => job.get("queue").filter(|q| !q.is_null()),
-        other => other,
-    };
-    match given {
-        None => Some(crate::model::job::DEFAULT_QUEUE.to_string()),
-        Some(Value::String(q)) => Some(q.clone()),
-        Some(_) => None,
-    }
-}
-
-/// The distinct queues a JSON body of `operation` names; none when it does not parse (the
-/// handler then refuses it without touching any queue).
-pub fn queues_in_body(operation: &str, body: &[u8]) -> Vec<String> {
-    let Ok(value) = serde_json::from_slice::<Value>(body) else {
-        return Vec::new();
-    };
-    if !value.is_object() {
-        return Vec::new();
-    }
-    let names: Vec<String> = match operation {
-        "enqueueJob" => job_queue(&value).into_iter().collect(),
-        "enqueueJobs" => value
-            .get("jobs")
-            .and_then(Value::as_array)
-            .map(|jobs| jobs.iter().filter_map(job_queue).collect())
-            .unwrap_or_default(),
-        "fetchJobs" => value
-            .get("queues")
-            .and_then(Value::as_array)
-            .map(|queues| {
-                queues
-                    .iter()
-                    .filter_map(Value::as_str)
-                    .map(str::to_string)
-                    .collect()
-            })
-            .unwrap_or_default(),
-        "createQueue" => value
-            .get("name")
-            .and_then(Value::as_str)
-            .map(str::to_string)
-            .into_iter()
-            .collect(),
-        "streamAck" | "streamNack" => value
-            .get("queue")
-            .and_then(Value::as_str)
-            .map(str::to_string)
-            .into_iter()
-            .collect(),
-        _ => Vec::new(),
-    };
-    // Distinct and sorted: a fetch naming a queue twice takes one permit on it.
-    names
-        .into_iter()
-        .collect::<BTreeSet<_>>()
-        .into_iter()
-        .collect()
-}
-
-fn is_json(request: &Request) -> bool {
-    request
-        .headers()
-        .get(http::header::CONTENT_TYPE)
-        .and_then(|v| v.to_str().ok())
-        .and_then(|ct| ct.split(';').next())
-        .is_some_and(|essence| essence.trim().to_ascii_lowercase().ends_with("json"))
-}
-
-/// A body that fails with the error reading the original failed with, so the handler answers
-/// exactly as it would have (e.g. 413 for a body cut off by the limit).
-struct FailedBody(Option<axum::Error>);
-
-impl http_body::Body for FailedBody {
-    type Data = Bytes;
-    type Error = axum::Error;
-
-    fn poll_frame(
-        mut self: Pin<&mut Self>,
-        _: &mut Context<'_>,
-    ) -> Poll<Option<Result<http_body::Frame<Bytes>, axum::Error>>> {
-        Poll::Ready(self.0.take().map(Err))
-    }
-}
-
-/// The request's queues, with its body buffered and put back when it had to be read.
-async fn classify(request: Request, operation: &str) -> (Request, Vec<String>) {
-    if let Some(queue) = queue_in_path(request.uri().path()) {
-        return (request, vec![queue]);
-    }
-    if !reads_body(operation) || !is_json(&request) {
-        return (request, Vec::new());
-    }
-    let (parts, body) = request.into_parts();
-    // The body limit layer already bounds this body.
-    match axum::body::to_bytes(body, usize::MAX).await {
-        Ok(bytes) => {
-            let queues = queues_in_body(operation, &bytes);
-            (Request::from_parts(parts, Body::from(bytes)), queues)
-        }
-        Err(error) => (
-            Request::from_parts(parts, Body::new(FailedBody(Some(error)))),
-            Vec::new(),
-        ),
-    }
-}
-
-/// The per-queue limits, handed to gRPC adapters: tonic decodes their messages after this stack,
-/// so they name their queues themselves (`admit_queues`).
+/// The per-queue limits, handed to the adapters through the request's extensions: they name their
+/// queues once the request is decoded (`admit_queues`).
 #[derive(Debug, Clone)]
 pub struct QueueGate(Arc<QueueLimits>);
 
-/// Checks `queues` against the request's token scope (`forbidden`), then takes a permit on each
-/// for the request whose extensions these are, held with its admission slot; `rate_limited` when
-/// one of them is full. Without a gate (limits off, or no stack) every queue is admitted.
+/// What admitting a request's queues needs from its extensions: the token's grant (scope), the
+/// per-queue gate and the request's admission slot (which holds the permits).
+#[derive(Debug, Clone, Default)]
+pub struct QueueAdmission {
+    grant: Option<Grant>,
+    gate: Option<QueueGate>,
+    slot: Option<AdmissionSlot>,
+}
+
+impl QueueAdmission {
+    /// The admission of the request whose extensions these are.
+    pub fn of(extensions: &http::Extensions) -> Self {
+        QueueAdmission {
+            grant: extensions.get::<Grant>().cloned(),
+            gate: extensions.get::<QueueGate>().cloned(),
+            slot: extensions.get::<AdmissionSlot>().cloned(),
+        }
+    }
+
+    /// Checks `queues` against the token's scope (`forbidden`), then takes a permit on each,
+    /// held with the request's admission slot; `rate_limited` when one of them is full. Without
+    /// a gate (limits off, or no stack) every queue in scope is admitted.
+    pub fn admit(&self, queues: impl IntoIterator<Item = String>) -> Result<(), CoreError> {
+        let queues: Vec<String> = queues
+            .into_iter()
+            .collect::<BTreeSet<_>>()
+            .into_iter()
+            .collect();
+        if let Some(grant) = &self.grant {
+            grant.require_queues(queues.iter().map(String::as_str))?;
+        }
+        let Some(QueueGate(limits)) = &self.gate else {
+            return Ok(());
+        };
+        if queues.is_empty() {
+            return Ok(());
+        }
+        let permits = limits
+            .try_admit(queues)
+            .map_err(|full| full_queue(limits, full))?;
+        if let Some(slot) = &self.slot {
+            slot.hold_queues(permits);
+        }
+        Ok(())
+    }
+}
+
+/// `QueueAdmission::of(extensions).admit(queues)`.
 pub fn admit_queues(
     extensions: &http::Extensions,
     queues: impl IntoIterator<Item = String>,
 ) -> Result<(), CoreError> {
-    let queues: Vec<String> = queues
-        .into_iter()
-        .collect::<BTreeSet<_>>()
-        .into_iter()
-        .collect();
-    if let Some(grant) = extensions.get::<Grant>() {
-        grant.require_queues(queues.iter().map(String::as_str))?;
-    }
-    let Some(QueueGate(limits)) = extensions.get::<QueueGate>() else {
-        return Ok(());
-    };
-    if queues.is_empty() {
-        return Ok(());
-    }
-    let permits = limits
-        .try_admit(queues)
-        .map_err(|full| full_queue(limits, full))?;
-    if let Some(slot) = extensions.get::<AdmissionSlot>() {
-        slot.hold_queues(permits);
-    }
-    Ok(())
+    QueueAdmission::of(extensions).admit(queues)
 }
 
 fn full_queue(limits: &QueueLimits, full: String) -> CoreError {
@@ -305,136 +177,23 @@ fn full_queue(limits: &QueueLimits, full: String) -> CoreError {
     .with_detail("queue", full.into())
 }
 
-/// Admits an HTTP request if its token's scope covers each of its queues and each has a free
-/// slot; gives gRPC requests the gate (their adapters call `admit_queues`).
+/// Hands every request the per-queue gate (when limits are on); the adapters take their permits.
 pub async fn admit(
     State(state): State<Arc<StackState>>,
     mut request: Request,
     next: Next,
 ) -> Response {
-    let limits = &state.queue_limits;
-    let protocol = request
-        .extensions()
-        .get::<Operation>()
-        .map(|op| op.protocol);
-    if protocol == Some(Protocol::Grpc) {
-        if limits.enabled() {
-            request.extensions_mut().insert(QueueGate(limits.clone()));
-        }
-        return next.run(request).await;
-    }
-    let scope = request
-        .extensions()
-        .get::<Grant>()
-        .filter(|grant| !grant.queues.is_empty())
-        .cloned();
-    let operation = request
-        .extensions()
-        .get::<Operation>()
-        .filter(|op| op.protocol == Protocol::Http)
-        .and_then(|op| op.id);
-    let Some(operation) = operation.filter(|_| limits.enabled() || scope.is_some()) else {
-        return next.run(request).await;
-    };
-    let (request, queues) = classify(request, operation).await;
-    let request_id = |request: &Request| {
+    if state.queue_limits.enabled() {
         request
-            .extensions()
-            .get::<RequestId>()
-            .map(|r| r.0.clone())
-            .unwrap_or_default()
-    };
-    if let Some(grant) = scope
-        && let Err(error) = grant.require_queues(queues.iter().map(String::as_str))
-    {
-        return state.reject(Protocol::Http, error, &request_id(&request));
+            .extensions_mut()
+            .insert(QueueGate(state.queue_limits.clone()));
     }
-    if queues.is_empty() || !limits.enabled() {
-        return next.run(request).await;
-    }
-    match limits.try_admit(queues) {
-        Err(full) => state.reject(
-            Protocol::Http,
-            full_queue(limits, full),
-            &request_id(&request),
-        ),
-        Ok(permits) => match request.extensions().get::<AdmissionSlot>().cloned() {
-            Some(slot) => {
-                slot.hold_queues(permits);
-                next.run(request).await
-            }
-            // Without the global layer there is no slot: hold the permits for the handler.
-            None => {
-                let response = next.run(request).await;
-                drop(permits);
-                response
-            }
-        },
-    }
+    next.run(request).await
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    #[test]
-    fn queue_comes_from_the_path() {
-        assert_eq!(
-            queue_in_path("/ojs/v1/queues/mail/messages").as_deref(),
-            Some("mail")
-        );
-        assert_eq!(
-            queue_in_path("/ojs/v1/queues/mail").as_deref(),
-            Some("mail")
-        );
-        assert_eq!(
-            queue_in_path("/ojs/v1/queues/a%2Eb/stats").as_deref(),
-            Some("a.b")
-        );
-        assert_eq!(queue_in_path("/ojs/v1/queues/%zz").as_deref(), Some("%zz"));
-        assert_eq!(queue_in_path("/ojs/v1/queues"), None);
-        assert_eq!(queue_in_path("/ojs/v1/queues/"), None);
-        assert_eq!(queue_in_path("/ojs/v1/jobs/abc"), None);
-    }
-
-    #[test]
-    fn queues_come_from_json_bodies() {
-        let q = |op: &str, body: &str| queues_in_body(op, body.as_bytes());
-        assert_eq!(q("enqueueJob", r#"{"type":"t","args":[]}"#), ["default"]);
-        assert_eq!(
-            q("enqueueJob", r#"{"type":"t","options":{"queue":"mail"}}"#),
-            ["mail"]
-        );
-        assert_eq!(
-            q("enqueueJob", r#"{"options":{"queue":null}}"#),
-            ["default"]
-        );
-        assert!(q("enqueueJob", r#"{"options":{"queue":5}}"#).is_empty());
-        assert_eq!(q("enqueueJob", r#"{"type":"t","queue":"top"}"#), ["top"]);
-        assert_eq!(
-            q("enqueueJob", r#"{"queue":"top","options":{"queue":"opt"}}"#),
-            ["opt"]
-        );
-        assert_eq!(
-            q("fetchJobs", r#"{"queues":["b","a","b"],"count":1}"#),
-            ["a", "b"]
-        );
-        assert!(q("fetchJobs", r#"{"queues":"a"}"#).is_empty());
-        assert_eq!(
-            q(
-                "enqueueJobs",
-                r#"{"jobs":[{"options":{"queue":"x"}},{"type":"t"},{"options":{"queue":"x"}}]}"#
-            ),
-            ["default", "x"]
-        );
-        assert_eq!(q("streamAck", r#"{"queue":"s","batch_id":"x"}"#), ["s"]);
-        assert_eq!(q("streamNack", r#"{"queue":"s"}"#), ["s"]);
-        assert_eq!(q("createQueue", r#"{"name":"n"}"#), ["n"]);
-        assert!(q("streamAck", r#"{"batch_id":"x"}"#).is_empty());
-        assert!(q("enqueueJob", "{not json").is_empty());
-        assert!(q("enqueueJob", "[1]").is_empty());
-        assert!(q("getJob", r#"{"queue":"s"}"#).is_empty());
-    }
 
     #[test]
     fn a_fetch_takes_all_its_permits_or_none() {
