@@ -26,13 +26,9 @@ pub struct Auth {
 /// The operationId of `GET /metrics`.
 const METRICS_OPERATION: &str = "getMetrics";
 
-/// The bearer token of a request, if it sent one.
-fn bearer(request: &Request) -> Option<&str> {
-    let value = request
-        .headers()
-        .get(http::header::AUTHORIZATION)?
-        .to_str()
-        .ok()?;
+/// The bearer token of a request's headers, if it sent one.
+pub fn bearer(headers: &http::HeaderMap) -> Option<&str> {
+    let value = headers.get(http::header::AUTHORIZATION)?.to_str().ok()?;
     let (scheme, token) = value.trim().split_once(' ')?;
     scheme
         .eq_ignore_ascii_case("bearer")
@@ -63,7 +59,7 @@ pub async fn authorize(
         return next.run(request).await;
     }
     let operation = op.id.unwrap_or("the operation");
-    let checked = match bearer(&request) {
+    let checked = match bearer(request.headers()) {
         None => Err(CoreError::new(
             ErrorKind::Unauthenticated,
             format!("{operation} needs a token with role {}", role.name()),

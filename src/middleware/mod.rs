@@ -21,7 +21,7 @@ use tokio::sync::Semaphore;
 
 use crate::core::CoreError;
 pub use admission::AdmissionSlot;
-pub use auth::Auth;
+pub use auth::{Auth, bearer};
 pub use body_limit::BodyLimit;
 pub use observe::{LATENCY_BUCKETS, RequestLabels, RequestMetrics};
 pub use operation::{Operation, Protocol, classify};

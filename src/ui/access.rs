@@ -28,23 +28,19 @@ fn role_of(operation: &str) -> Role {
 
 /// The request's token: the bearer header first, then the session cookie.
 fn token(headers: &HeaderMap) -> Option<String> {
-    let bearer = headers
-        .get(http::header::AUTHORIZATION)
-        .and_then(|v| v.to_str().ok())
-        .and_then(|v| v.trim().split_once(' '))
-        .filter(|(scheme, _)| scheme.eq_ignore_ascii_case("bearer"))
-        .map(|(_, token)| token.trim().to_string());
-    bearer.filter(|t| !t.is_empty()).or_else(|| {
-        headers
-            .get_all(http::header::COOKIE)
-            .iter()
-            .filter_map(|v| v.to_str().ok())
-            .flat_map(|v| v.split(';'))
-            .filter_map(|pair| pair.trim().split_once('='))
-            .find(|(name, _)| *name == TOKEN_COOKIE)
-            .map(|(_, value)| value.trim().to_string())
-            .filter(|t| !t.is_empty())
-    })
+    crate::middleware::bearer(headers)
+        .map(str::to_string)
+        .or_else(|| {
+            headers
+                .get_all(http::header::COOKIE)
+                .iter()
+                .filter_map(|v| v.to_str().ok())
+                .flat_map(|v| v.split(';'))
+                .filter_map(|pair| pair.trim().split_once('='))
+                .find(|(name, _)| *name == TOKEN_COOKIE)
+                .map(|(_, value)| value.trim().to_string())
+                .filter(|t| !t.is_empty())
+        })
 }
 
 impl UiState {
