@@ -1,8 +1,9 @@
 //! proto/ → the tonic client and server code and the gRPC operation table
 //! (`crate::contract::GRPC_OPERATIONS`).
 
-use std::fmt::Write as _;
 use std::path::{Path, PathBuf};
+
+use quote::{format_ident, quote};
 
 use crate::BuildResult;
 
@@ -42,10 +43,7 @@ pub fn generate(out_dir: &Path) -> BuildResult<()> {
 
     // The read-only table for the gate comes from `idempotency_level = NO_SIDE_EFFECTS`, the role
     // from `(pgvs3.v1.role)`, which every method must declare.
-    let mut table = String::from(
-        "/// Every gRPC method served, with whether a read-only gateway may serve it and its role.\n\
-         pub const GRPC_OPERATIONS: &[GrpcOperation] = &[\n",
-    );
+    let mut rows = Vec::new();
     for file in &fds.file {
         let package = file.package();
         for service in &file.service {
@@ -73,16 +71,19 @@ pub fn generate(out_dir: &Path) -> BuildResult<()> {
                         .into());
                     }
                 };
-                writeln!(
-                    table,
-                    "    GrpcOperation {{ path: \"/{full_name}/{}\", read_only: {read_only}, role: crate::core::Role::{role} }},",
-                    method.name()
-                )?;
+                let path = format!("/{full_name}/{}", method.name());
+                let role = format_ident!("{role}");
+                rows.push(quote! {
+                    GrpcOperation { path: #path, read_only: #read_only, role: crate::core::Role::#role }
+                });
             }
         }
     }
-    table.push_str("];\n");
-    std::fs::write(out_dir.join("grpc_operations.rs"), table)?;
+    let table = quote! {
+        /// Every gRPC method served, with whether a read-only gateway may serve it and its role.
+        pub const GRPC_OPERATIONS: &[GrpcOperation] = &[#(#rows),*];
+    };
+    crate::write_rust(&out_dir.join("grpc_operations.rs"), "proto/", table)?;
 
     tonic_prost_build::configure()
         .build_client(true)

@@ -3,44 +3,164 @@
 //! and the HTTP operation table (`http_operations.rs`: `crate::contract::HTTP_OPERATIONS`).
 
 use std::collections::BTreeMap;
-use std::fmt::Write as _;
 use std::path::Path;
 
+use proc_macro2::{Ident, TokenStream};
+use quote::{format_ident, quote};
 use serde_json::Value;
 
 use crate::BuildResult;
+use crate::ident::{Case, distinct, ident};
 
-struct Param {
+const SPEC_PATH: &str = "openapi/pgvs3.yaml";
+
+/// The media type of server-sent events; a response offering it is negotiated on `Accept`.
+const EVENT_STREAM: &str = "text/event-stream";
+
+/// A status a response enum can have a variant for: the code, the variant and the
+/// `http::StatusCode` constant.
+struct Status {
+    code: u16,
+    variant: &'static str,
+    constant: &'static str,
+}
+
+/// The statuses a response enum can have a variant for.
+const STATUSES: &[Status] = &[
+    Status {
+        code: 200,
+        variant: "Ok",
+        constant: "OK",
+    },
+    Status {
+        code: 201,
+        variant: "Created",
+        constant: "CREATED",
+    },
+    Status {
+        code: 202,
+        variant: "Accepted",
+        constant: "ACCEPTED",
+    },
+    Status {
+        code: 204,
+        variant: "NoContent",
+        constant: "NO_CONTENT",
+    },
+    Status {
+        code: 503,
+        variant: "ServiceUnavailable",
+        constant: "SERVICE_UNAVAILABLE",
+    },
+];
+
+/// The Rust type of a schema.
+enum Ty {
+    /// A component schema: a struct of the `types` module.
+    Schema(Ident),
+    String,
+    Bool,
+    F64,
+    I32,
+    I64,
+    /// Any JSON value.
+    Json,
+    /// A JSON object without named properties.
+    JsonMap,
+    Vec(Box<Ty>),
+}
+
+impl Ty {
+    /// The type inside the `types` module (`Job`) or outside it (`types::Job`).
+    fn tokens(&self, outside_types: bool) -> TokenStream {
+        match self {
+            Ty::Schema(name) if outside_types => quote!(types::#name),
+            Ty::Schema(name) => quote!(#name),
+            Ty::String => quote!(String),
+            Ty::Bool => quote!(bool),
+            Ty::F64 => quote!(f64),
+            Ty::I32 => quote!(i32),
+            Ty::I64 => quote!(i64),
+            Ty::Json => quote!(serde_json::Value),
+            Ty::JsonMap => quote!(serde_json::Map<String, serde_json::Value>),
+            Ty::Vec(item) => {
+                let item = item.tokens(outside_types);
+                quote!(Vec<#item>)
+            }
+        }
+    }
+}
+
+/// A query parameter or a property: its name in the document, its Rust field and type.
+struct Field {
     name: String,
-    rust_type: String,
+    ident: Ident,
+    ty: Ty,
     required: bool,
+    description: Option<String>,
+}
+
+/// A header (a parameter or a response header): its HTTP name and its Rust field.
+struct Header {
+    name: String,
+    ident: Ident,
+}
+
+/// One documented answer that is a variant of the operation's response enum.
+struct Response {
+    status: &'static Status,
+    body: Option<Ty>,
+    headers: Vec<Header>,
 }
 
 struct Operation {
     id: String,
-    fn_name: String,
-    type_name: String,
+    /// `enqueue_job`: the trait method; `handle_enqueue_job` is its handler.
+    fn_name: Ident,
+    /// `EnqueueJob`: the prefix of its `…Query`, `…Headers` and `…Response` types.
+    type_name: Ident,
     method: String,
     path: String,
     summary: String,
     read_only: bool,
     /// The `crate::core::Role` variant the operation needs.
     role: &'static str,
-    path_params: Vec<String>,
-    query: Vec<Param>,
-    /// Optional string header parameters, by their HTTP name.
-    headers: Vec<String>,
-    body: Option<(String, bool)>,
-    responses: Vec<(u16, Option<String>, Vec<String>)>,
+    path_params: Vec<Ident>,
+    query: Vec<Field>,
+    /// Optional string header parameters.
+    headers: Vec<Header>,
+    /// The body type and whether the body is required.
+    body: Option<(Ty, bool)>,
+    responses: Vec<Response>,
     /// The status of a successful answer that may also be `text/event-stream`.
-    event_stream: Option<u16>,
+    event_stream: Option<&'static Status>,
     /// `x-external: true`: served by its own router (its answer is not JSON); only the
     /// operation table names it.
     external: bool,
 }
 
-/// The media type of server-sent events; a response offering it is negotiated on `Accept`.
-const EVENT_STREAM: &str = "text/event-stream";
+pub fn generate(out_dir: &Path) -> BuildResult<()> {
+    println!("cargo:rerun-if-changed={SPEC_PATH}");
+    let spec: Value = serde_yaml::from_str(&std::fs::read_to_string(SPEC_PATH)?)?;
+
+    let types = generate_types(&spec)?;
+    let operations = collect_operations(&spec)?;
+    let served = generate_operations(&operations);
+    crate::write_rust(
+        &out_dir.join("openapi.rs"),
+        SPEC_PATH,
+        quote!(#types #served),
+    )?;
+    crate::write_rust(
+        &out_dir.join("http_operations.rs"),
+        SPEC_PATH,
+        generate_operation_table(&operations),
+    )?;
+    Ok(())
+}
+
+// ---------------------------------------------------------------------------------------------
+// Reading the document
 
 /// The schema of a content map, ignoring `text/event-stream` (its frames are not a JSON body).
 fn content_schema(content: Option<&Value>) -> Option<&Value> {
@@ -54,173 +174,156 @@ fn content_schema(content: Option<&Value>) -> Option<&Value> {
         .and_then(|m| m.get("schema"))
 }
 
-/// The Rust field name of a header parameter: `Last-Event-ID` becomes `last_event_id`.
-fn header_ident(name: &str) -> String {
-    name.to_ascii_lowercase().replace('-', "_")
+/// The last segment of a `$ref`: `#/components/schemas/Job` is `Job`.
+fn ref_name(reference: &str) -> &str {
+    reference.rsplit('/').next().unwrap_or(reference)
 }
 
-pub fn generate(out_dir: &Path) -> BuildResult<()> {
-    let spec_path = "openapi/pgvs3.yaml";
-    println!("cargo:rerun-if-changed={spec_path}");
-    let spec: Value = serde_yaml::from_str(&std::fs::read_to_string(spec_path)?)?;
-
-    let mut code =
-        String::from("// @generated by build.rs from openapi/pgvs3.yaml; do not edit.\n\n");
-    code.push_str(&generate_types(&spec)?);
-    let operations = collect_operations(&spec)?;
-    code.push_str(&generate_operations(&operations)?);
-    std::fs::write(out_dir.join("openapi.rs"), code)?;
-    std::fs::write(
-        out_dir.join("http_operations.rs"),
-        generate_operation_table(&operations)?,
-    )?;
-    Ok(())
-}
-
-fn ref_name(reference: &str) -> String {
-    reference
-        .rsplit('/')
-        .next()
-        .unwrap_or(reference)
-        .to_string()
-}
-
-fn rust_type(schema: &Value) -> BuildResult<String> {
+fn rust_type(schema: &Value) -> BuildResult<Ty> {
     if let Some(reference) = schema.get("$ref").and_then(Value::as_str) {
-        return Ok(ref_name(reference));
+        return Ok(Ty::Schema(ident(ref_name(reference), Case::Pascal)?));
     }
-    let ty = match schema.get("type").and_then(Value::as_str) {
-        None => "serde_json::Value".to_string(),
-        Some("string") => "String".to_string(),
-        Some("boolean") => "bool".to_string(),
-        Some("number") => "f64".to_string(),
+    Ok(match schema.get("type").and_then(Value::as_str) {
+        None => Ty::Json,
+        Some("string") => Ty::String,
+        Some("boolean") => Ty::Bool,
+        Some("number") => Ty::F64,
         Some("integer") => match schema.get("format").and_then(Value::as_str) {
-            Some("int32") => "i32".to_string(),
-            _ => "i64".to_string(),
+            Some("int32") => Ty::I32,
+            _ => Ty::I64,
         },
         Some("array") => {
             let items = schema.get("items").cloned().unwrap_or(Value::Null);
-            format!("Vec<{}>", rust_type(&items)?)
+            Ty::Vec(Box::new(rust_type(&items)?))
         }
         Some("object") => {
             if schema.get("properties").is_some() {
                 return Err("inline objects with properties are not supported; use a $ref".into());
             }
-            "serde_json::Map<String, serde_json::Value>".to_string()
+            Ty::JsonMap
         }
         Some(other) => return Err(format!("unsupported schema type {other}").into()),
-    };
-    Ok(ty)
+    })
 }
 
-fn field_ident(name: &str) -> String {
-    match name {
-        "type" | "ref" | "match" | "move" | "self" | "struct" | "enum" | "fn" | "use" => {
-            format!("r#{name}")
-        }
-        _ => name.to_string(),
+/// One `#[doc]` attribute per line of `text`, as `/// line` would write them.
+fn doc(text: &str) -> TokenStream {
+    let lines = text.trim().lines().map(|l| format!(" {}", l.trim_end()));
+    quote!(#(#[doc = #lines])*)
+}
+
+/// `#[serde(rename = "…")]` when the Rust field is not spelled as the JSON name.
+fn rename(field: &Field) -> TokenStream {
+    let name = &field.name;
+    if field.ident.to_string().trim_start_matches("r#") == name {
+        quote!()
+    } else {
+        quote!(#[serde(rename = #name)])
     }
 }
 
-fn doc(text: &str, indent: &str) -> String {
-    let mut out = String::new();
-    for line in text.trim().lines() {
-        let _ = writeln!(out, "{indent}/// {}", line.trim_end());
-    }
-    out
+fn fields(schema: &Value) -> BuildResult<Vec<Field>> {
+    let required: Vec<&str> = schema
+        .get("required")
+        .and_then(Value::as_array)
+        .map(|r| r.iter().filter_map(Value::as_str).collect())
+        .unwrap_or_default();
+    let empty = serde_json::Map::new();
+    let properties = schema
+        .get("properties")
+        .and_then(Value::as_object)
+        .unwrap_or(&empty);
+    properties
+        .iter()
+        .map(|(name, property)| {
+            Ok(Field {
+                name: name.clone(),
+                ident: ident(name, Case::Snake)?,
+                ty: rust_type(property)?,
+                required: required.contains(&name.as_str()),
+                description: property
+                    .get("description")
+                    .and_then(Value::as_str)
+                    .map(str::to_string),
+            })
+        })
+        .collect()
 }
 
-fn generate_types(spec: &Value) -> BuildResult<String> {
+fn generate_types(spec: &Value) -> BuildResult<TokenStream> {
     let schemas = spec
         .pointer("/components/schemas")
         .and_then(Value::as_object)
         .ok_or("components.schemas missing")?;
-    let mut code = String::from(
-        "/// Wire types generated from the OpenAPI component schemas.\n\
-         pub mod types {\n    #![allow(clippy::all)]\n    use serde::{Deserialize, Serialize};\n\n",
-    );
+    let mut structs = Vec::new();
+    let mut names = Vec::new();
     for (name, schema) in schemas {
+        let type_name = ident(name, Case::Pascal)?;
+        names.push((name.as_str(), type_name.clone()));
         let description = schema
             .get("description")
             .and_then(Value::as_str)
             .map(str::to_string)
             .unwrap_or_else(|| format!("The `{name}` schema."));
-        code.push_str(&doc(&description, "    "));
-        code.push_str("    #[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]\n");
-        let _ = writeln!(code, "    pub struct {name} {{");
-        let required: Vec<&str> = schema
-            .get("required")
-            .and_then(Value::as_array)
-            .map(|r| r.iter().filter_map(Value::as_str).collect())
-            .unwrap_or_default();
-        let empty = serde_json::Map::new();
-        let properties = schema
-            .get("properties")
-            .and_then(Value::as_object)
-            .unwrap_or(&empty);
-        for (field, field_schema) in properties {
-            if let Some(d) = field_schema.get("description").and_then(Value::as_str) {
-                code.push_str(&doc(d, "        "));
-            }
-            let ty = rust_type(field_schema)?;
-            let ident = field_ident(field);
-            if required.contains(&field.as_str()) {
-                let _ = writeln!(code, "        pub {ident}: {ty},");
-            } else if ty == "serde_json::Value" {
+        let description = doc(&description);
+        let fields = fields(schema)?;
+        distinct(
+            &format!("the properties of schema {name}"),
+            fields.iter().map(|f| (f.name.as_str(), &f.ident)),
+        )?;
+        let fields = fields.iter().map(|field| {
+            let docs = field.description.as_deref().map(doc).unwrap_or_default();
+            let rename = rename(field);
+            let ident = &field.ident;
+            let ty = field.ty.tokens(false);
+            if field.required {
+                quote! { #docs #rename pub #ident: #ty, }
+            } else if matches!(field.ty, Ty::Json) {
                 // Any-JSON fields keep an explicit null (Some(Null)) apart from absence (None).
-                code.push_str(
-                    "        #[serde(default, deserialize_with = \"crate::http::present\", skip_serializing_if = \"Option::is_none\")]\n",
-                );
-                let _ = writeln!(code, "        pub {ident}: Option<{ty}>,");
+                quote! {
+                    #docs
+                    #rename
+                    #[serde(default, deserialize_with = "crate::http::present", skip_serializing_if = "Option::is_none")]
+                    pub #ident: Option<#ty>,
+                }
             } else {
-                code.push_str(
-                    "        #[serde(default, skip_serializing_if = \"Option::is_none\")]\n",
-                );
-                let _ = writeln!(code, "        pub {ident}: Option<{ty}>,");
+                quote! {
+                    #docs
+                    #rename
+                    #[serde(default, skip_serializing_if = "Option::is_none")]
+                    pub #ident: Option<#ty>,
+                }
             }
-        }
-        if schema.get("additionalProperties") == Some(&Value::Bool(true)) {
-            code.push_str("        /// Fields the schema does not name, kept as they came.\n");
-            code.push_str("        #[serde(flatten)]\n");
-            code.push_str("        pub extra: serde_json::Map<String, serde_json::Value>,\n");
-        }
-        code.push_str("    }\n\n");
-    }
-    code.push_str("}\n\n");
-    Ok(code)
-}
-
-fn snake_case(id: &str) -> String {
-    let mut out = String::new();
-    for (i, c) in id.chars().enumerate() {
-        if c.is_ascii_uppercase() {
-            if i > 0 {
-                out.push('_');
+        });
+        let extra = if schema.get("additionalProperties") == Some(&Value::Bool(true)) {
+            quote! {
+                /// Fields the schema does not name, kept as they came.
+                #[serde(flatten)]
+                pub extra: serde_json::Map<String, serde_json::Value>,
             }
-            out.push(c.to_ascii_lowercase());
         } else {
-            out.push(c);
+            quote!()
+        };
+        structs.push(quote! {
+            #description
+            #[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+            pub struct #type_name {
+                #(#fields)*
+                #extra
+            }
+        });
+    }
+    distinct(
+        "the component schemas",
+        names.iter().map(|(name, id)| (*name, id)),
+    )?;
+    Ok(quote! {
+        /// Wire types generated from the OpenAPI component schemas.
+        pub mod types {
+            #![allow(clippy::all)]
+            use serde::{Deserialize, Serialize};
+            #(#structs)*
         }
-    }
-    out
-}
-
-fn pascal_case(id: &str) -> String {
-    let mut chars = id.chars();
-    match chars.next() {
-        Some(first) => first.to_ascii_uppercase().to_string() + chars.as_str(),
-        None => String::new(),
-    }
-}
-
-fn status_variant(status: u16) -> BuildResult<&'static str> {
-    Ok(match status {
-        200 => "Ok",
-        201 => "Created",
-        202 => "Accepted",
-        204 => "NoContent",
-        503 => "ServiceUnavailable",
-        other => return Err(format!("no variant name for status {other}").into()),
     })
 }
 
@@ -254,27 +357,45 @@ fn collect_operations(spec: &Value) -> BuildResult<Vec<Operation>> {
             let mut headers = Vec::new();
             for p in &params {
                 let name = p.get("name").and_then(Value::as_str).ok_or("param name")?;
+                let schema = p.get("schema").unwrap_or(&Value::Null);
+                let required = p.get("required") == Some(&Value::Bool(true));
                 match p.get("in").and_then(Value::as_str) {
                     Some("path") => path_params.push(name.to_string()),
-                    Some("query") => query.push(Param {
+                    Some("query") => query.push(Field {
                         name: name.to_string(),
-                        rust_type: rust_type(p.get("schema").unwrap_or(&Value::Null))?,
-                        required: p.get("required") == Some(&Value::Bool(true)),
+                        ident: ident(name, Case::Snake)?,
+                        ty: rust_type(schema)?,
+                        required,
+                        description: None,
                     }),
                     Some("header") => {
-                        let ty = rust_type(p.get("schema").unwrap_or(&Value::Null))?;
-                        if ty != "String" || p.get("required") == Some(&Value::Bool(true)) {
+                        if !matches!(rust_type(schema)?, Ty::String) || required {
                             return Err(
                                 format!("{id}: header {name} must be an optional string").into()
                             );
                         }
-                        headers.push(name.to_string());
+                        headers.push(Header {
+                            name: name.to_string(),
+                            ident: ident(name, Case::Snake)?,
+                        });
                     }
                     _ => return Err(format!("{id}: unsupported parameter {name}").into()),
                 }
             }
             // Path parameters are passed in the order they appear in the path.
             path_params.sort_by_key(|p| path.find(&format!("{{{p}}}")));
+            let path_params = path_params
+                .iter()
+                .map(|p| ident(p, Case::Snake))
+                .collect::<BuildResult<Vec<_>>>()?;
+            distinct(
+                &format!("{id}: the query parameters"),
+                query.iter().map(|q| (q.name.as_str(), &q.ident)),
+            )?;
+            distinct(
+                &format!("{id}: the header parameters"),
+                headers.iter().map(|h| (h.name.as_str(), &h.ident)),
+            )?;
             let body = match op.get("requestBody") {
                 None => None,
                 Some(body) => {
@@ -289,7 +410,7 @@ fn collect_operations(spec: &Value) -> BuildResult<Vec<Operation>> {
             for (code, response) in op
                 .get("responses")
                 .and_then(Value::as_object)
-                .ok_or("responses")?
+                .ok_or_else(|| format!("{id}: responses missing"))?
             {
                 let status: u16 = code.parse()?;
                 if response.get("$ref").is_some() {
@@ -298,9 +419,11 @@ fn collect_operations(spec: &Value) -> BuildResult<Vec<Operation>> {
                 if !(200..300).contains(&status) && status != 503 {
                     continue;
                 }
-                let schema = content_schema(response.get("content"))
-                    .map(rust_type)
-                    .transpose()?;
+                let status = STATUSES
+                    .iter()
+                    .find(|s| s.code == status)
+                    .ok_or_else(|| format!("no variant name for status {status}"))?;
+                let schema = content_schema(response.get("content"));
                 if response
                     .pointer(&format!("/content/{}", EVENT_STREAM.replace('/', "~1")))
                     .is_some()
@@ -315,9 +438,30 @@ fn collect_operations(spec: &Value) -> BuildResult<Vec<Operation>> {
                 let headers = response
                     .get("headers")
                     .and_then(Value::as_object)
-                    .map(|h| h.keys().cloned().collect())
+                    .map(|h| {
+                        h.keys()
+                            .map(|name| {
+                                Ok(Header {
+                                    name: name.clone(),
+                                    ident: ident(name, Case::Snake)?,
+                                })
+                            })
+                            .collect::<BuildResult<Vec<_>>>()
+                    })
+                    .transpose()?
                     .unwrap_or_default();
-                responses.push((status, schema, headers));
+                distinct(
+                    &format!("{id}: the headers of status {code}"),
+                    headers
+                        .iter()
+                        .map(|h| (h.name.as_str(), &h.ident))
+                        .chain([("the body", &format_ident!("body"))]),
+                )?;
+                responses.push(Response {
+                    status,
+                    body: schema.map(rust_type).transpose()?,
+                    headers,
+                });
             }
             let role = match op.get("x-role").and_then(Value::as_str) {
                 Some("public") => "Public",
@@ -340,8 +484,8 @@ fn collect_operations(spec: &Value) -> BuildResult<Vec<Operation>> {
             let external = op.get("x-external").and_then(Value::as_bool) == Some(true);
             operations.push(Operation {
                 id: id.to_string(),
-                fn_name: snake_case(id),
-                type_name: pascal_case(id),
+                fn_name: ident(id, Case::Snake)?,
+                type_name: ident(id, Case::Pascal)?,
                 method: method.to_uppercase(),
                 path: path.clone(),
                 summary: op
@@ -361,298 +505,287 @@ fn collect_operations(spec: &Value) -> BuildResult<Vec<Operation>> {
             });
         }
     }
+    distinct(
+        "the operationIds",
+        operations.iter().map(|op| (op.id.as_str(), &op.fn_name)),
+    )?;
     Ok(operations)
 }
 
+// ---------------------------------------------------------------------------------------------
+// Writing the code
+
 /// The HTTP operation table (`crate::contract::HTTP_OPERATIONS`), a file of its own so that the
 /// middleware reads it without the HTTP adapter.
-fn generate_operation_table(operations: &[Operation]) -> BuildResult<String> {
-    let mut code = String::from(
-        "// @generated by build.rs from openapi/pgvs3.yaml; do not edit.\n\n\
-         /// Every HTTP operation of the OpenAPI document.\n\
-         pub const HTTP_OPERATIONS: &[HttpOperation] = &[\n",
-    );
-    for op in operations {
-        writeln!(
-            code,
-            "    HttpOperation {{ id: \"{}\", method: \"{}\", path: \"{}\", read_only: {}, role: crate::core::Role::{} }},",
-            op.id, op.method, op.path, op.read_only, op.role
-        )?;
+fn generate_operation_table(operations: &[Operation]) -> TokenStream {
+    let rows = operations.iter().map(|op| {
+        let (id, method, path, read_only) = (&op.id, &op.method, &op.path, op.read_only);
+        let role = format_ident!("{}", op.role);
+        quote! {
+            HttpOperation { id: #id, method: #method, path: #path, read_only: #read_only, role: crate::core::Role::#role }
+        }
+    });
+    quote! {
+        /// Every HTTP operation of the OpenAPI document.
+        pub const HTTP_OPERATIONS: &[HttpOperation] = &[#(#rows),*];
     }
-    code.push_str("];\n");
-    Ok(code)
 }
 
-fn generate_operations(operations: &[Operation]) -> BuildResult<String> {
-    let mut code = String::new();
-
-    // Generated for the operations this module serves.
-    let served: Vec<&Operation> = operations.iter().filter(|op| !op.external).collect();
-    let operations = served.as_slice();
-
-    // Query structs and response enums.
-    for op in operations {
-        if !op.query.is_empty() {
-            let _ = writeln!(
-                code,
-                "/// Query parameters of `{}`.\n#[derive(Debug, Clone, Default, serde::Deserialize)]\npub struct {}Query {{",
-                op.id, op.type_name
-            );
-            for p in &op.query {
-                let ident = field_ident(&p.name);
-                if p.required {
-                    let _ = writeln!(code, "    pub {ident}: {},", p.rust_type);
-                } else {
-                    let _ = writeln!(
-                        code,
-                        "    #[serde(default)]\n    pub {ident}: Option<{}>,",
-                        p.rust_type
-                    );
-                }
-            }
-            code.push_str("}\n\n");
+/// The `…Query` struct of an operation with query parameters.
+fn query_struct(op: &Operation) -> TokenStream {
+    if op.query.is_empty() {
+        return quote!();
+    }
+    let name = format_ident!("{}Query", op.type_name);
+    let docs = doc(&format!("Query parameters of `{}`.", op.id));
+    let fields = op.query.iter().map(|p| {
+        let (ident, ty, rename) = (&p.ident, p.ty.tokens(true), rename(p));
+        if p.required {
+            quote! { #rename pub #ident: #ty, }
+        } else {
+            quote! { #rename #[serde(default)] pub #ident: Option<#ty>, }
         }
-        if !op.headers.is_empty() {
-            let _ = writeln!(
-                code,
-                "/// Header parameters of `{}`.\n#[derive(Debug, Clone, Default)]\npub struct {}Headers {{",
-                op.id, op.type_name
-            );
-            for h in &op.headers {
-                let _ = writeln!(
-                    code,
-                    "    /// `{h}`.\n    pub {}: Option<String>,",
-                    header_ident(h)
-                );
+    });
+    quote! {
+        #docs
+        #[derive(Debug, Clone, Default, serde::Deserialize)]
+        pub struct #name { #(#fields)* }
+    }
+}
+
+/// The `…Headers` struct of an operation with header parameters.
+fn headers_struct(op: &Operation) -> TokenStream {
+    if op.headers.is_empty() {
+        return quote!();
+    }
+    let name = format_ident!("{}Headers", op.type_name);
+    let docs = doc(&format!("Header parameters of `{}`.", op.id));
+    let fields = op.headers.iter().map(|h| {
+        let field_doc = doc(&format!("`{}`.", h.name));
+        let ident = &h.ident;
+        quote! { #field_doc pub #ident: Option<String>, }
+    });
+    quote! {
+        #docs
+        #[derive(Debug, Clone, Default)]
+        pub struct #name { #(#fields)* }
+    }
+}
+
+/// The `…Response` enum of an operation and its `IntoResponse`.
+fn response_enum(op: &Operation) -> TokenStream {
+    let name = format_ident!("{}Response", op.type_name);
+    let docs = doc(&format!("Successful answers of `{}`.", op.id));
+    let mut variants = Vec::new();
+    let mut arms = Vec::new();
+    for response in &op.responses {
+        let variant = format_ident!("{}", response.status.variant);
+        let constant = format_ident!("{}", response.status.constant);
+        let status = quote!(http::StatusCode::#constant);
+        match (&response.body, response.headers.is_empty()) {
+            (None, _) => {
+                variants.push(quote!(#variant));
+                arms.push(quote! {
+                    Self::#variant => axum::response::IntoResponse::into_response(#status),
+                });
             }
-            code.push_str("}\n\n");
-        }
-        let _ = writeln!(
-            code,
-            "/// Successful answers of `{}`.\n#[derive(Debug)]\npub enum {}Response {{",
-            op.id, op.type_name
-        );
-        for (status, schema, headers) in &op.responses {
-            let variant = status_variant(*status)?;
-            match (schema, headers.is_empty()) {
-                (None, _) => {
-                    let _ = writeln!(code, "    {variant},");
-                }
-                (Some(ty), true) => {
-                    let _ = writeln!(code, "    {variant}(types::{ty}),");
-                }
-                (Some(ty), false) => {
-                    let _ = write!(code, "    {variant} {{ body: types::{ty}");
-                    for h in headers {
-                        let _ = write!(
-                            code,
-                            ", {}: String",
-                            snake_case(&h.replace('-', "")).to_lowercase()
-                        );
+            (Some(ty), true) => {
+                let ty = ty.tokens(true);
+                variants.push(quote!(#variant(#ty)));
+                arms.push(quote! {
+                    Self::#variant(body) => crate::http::ojs_json(#status, &body),
+                });
+            }
+            (Some(ty), false) => {
+                let ty = ty.tokens(true);
+                let fields: Vec<&Ident> = response.headers.iter().map(|h| &h.ident).collect();
+                variants.push(quote!(#variant { body: #ty, #(#fields: String),* }));
+                let inserts = response.headers.iter().map(|h| {
+                    let (field, header) = (&h.ident, h.name.to_ascii_lowercase());
+                    quote! {
+                        if let Ok(value) = http::HeaderValue::from_str(&#field) {
+                            response.headers_mut().insert(#header, value);
+                        }
                     }
-                    code.push_str(" },\n");
-                }
-            }
-        }
-        if let Some(status) = op.event_stream {
-            let _ = writeln!(
-                code,
-                "    /// The `{EVENT_STREAM}` form of the {status} answer.\n    {}EventStream(crate::http::EventStream),",
-                status_variant(status)?
-            );
-        }
-        code.push_str("}\n\n");
-        let _ = writeln!(
-            code,
-            "impl axum::response::IntoResponse for {}Response {{\n    fn into_response(self) -> axum::response::Response {{\n        match self {{",
-            op.type_name
-        );
-        for (status, schema, headers) in &op.responses {
-            let variant = status_variant(*status)?;
-            let status_expr =
-                format!("http::StatusCode::from_u16({status}).unwrap_or(http::StatusCode::OK)");
-            match (schema, headers.is_empty()) {
-                (None, _) => {
-                    let _ = writeln!(
-                        code,
-                        "            Self::{variant} => axum::response::IntoResponse::into_response({status_expr}),"
-                    );
-                }
-                (Some(_), true) => {
-                    let _ = writeln!(
-                        code,
-                        "            Self::{variant}(body) => crate::http::ojs_json({status_expr}, &body),"
-                    );
-                }
-                (Some(_), false) => {
-                    let names: Vec<String> = headers
-                        .iter()
-                        .map(|h| snake_case(&h.replace('-', "")).to_lowercase())
-                        .collect();
-                    let _ = writeln!(
-                        code,
-                        "            Self::{variant} {{ body, {} }} => {{\n                let mut response = crate::http::ojs_json({status_expr}, &body);",
-                        names.join(", ")
-                    );
-                    for (h, n) in headers.iter().zip(&names) {
-                        let _ = writeln!(
-                            code,
-                            "                if let Ok(value) = http::HeaderValue::from_str(&{n}) {{ response.headers_mut().insert(\"{}\", value); }}",
-                            h.to_lowercase()
-                        );
+                });
+                arms.push(quote! {
+                    Self::#variant { body, #(#fields),* } => {
+                        let mut response = crate::http::ojs_json(#status, &body);
+                        #(#inserts)*
+                        response
                     }
-                    code.push_str("                response\n            }\n");
-                }
+                });
             }
         }
-        if let Some(status) = op.event_stream {
-            let _ = writeln!(
-                code,
-                "            Self::{}EventStream(stream) => axum::response::IntoResponse::into_response(stream),",
-                status_variant(status)?
-            );
-        }
-        code.push_str("        }\n    }\n}\n\n");
     }
-
-    // The service trait.
-    code.push_str(
-        "/// The HTTP binding as one async method per OpenAPI operation.\n\
-         pub trait HttpApi: Send + Sync + 'static {\n",
-    );
-    for op in operations {
-        code.push_str(&doc(&op.summary, "    "));
-        let _ = write!(
-            code,
-            "    fn {}(&self, ctx: crate::http::RequestContext",
-            op.fn_name
-        );
-        for p in &op.path_params {
-            let _ = write!(code, ", {}: String", field_ident(p));
-        }
-        if !op.query.is_empty() {
-            let _ = write!(code, ", query: {}Query", op.type_name);
-        }
-        if !op.headers.is_empty() {
-            let _ = write!(code, ", headers: {}Headers", op.type_name);
-        }
-        if op.event_stream.is_some() {
-            // Whether the client's Accept asks for the text/event-stream answer.
-            code.push_str(", event_stream: bool");
-        }
-        if let Some((ty, required)) = &op.body {
-            if *required {
-                let _ = write!(code, ", body: types::{ty}");
-            } else {
-                let _ = write!(code, ", body: Option<types::{ty}>");
-            }
-        }
-        let _ = writeln!(
-            code,
-            ") -> impl std::future::Future<Output = Result<{}Response, crate::http::ApiError>> + Send;",
-            op.type_name
-        );
+    if let Some(status) = op.event_stream {
+        let variant = format_ident!("{}EventStream", status.variant);
+        let variant_doc = doc(&format!(
+            "The `{EVENT_STREAM}` form of the {} answer.",
+            status.code
+        ));
+        variants.push(quote!(#variant_doc #variant(crate::http::EventStream)));
+        arms.push(quote! {
+            Self::#variant(stream) => axum::response::IntoResponse::into_response(stream),
+        });
     }
-    code.push_str("}\n\n");
+    quote! {
+        #docs
+        #[derive(Debug)]
+        pub enum #name { #(#variants),* }
 
-    // Handlers.
-    for op in operations {
-        let _ = write!(
-            code,
-            "async fn handle_{}<A: HttpApi>(axum::extract::State(api): axum::extract::State<std::sync::Arc<A>>, ctx: crate::http::RequestContext",
-            op.fn_name
-        );
-        if !op.path_params.is_empty() {
-            let names: Vec<String> = op.path_params.iter().map(|p| field_ident(p)).collect();
-            let types: Vec<&str> = op.path_params.iter().map(|_| "String").collect();
-            let _ = write!(
-                code,
-                ", crate::http::OjsPath(({},)): crate::http::OjsPath<({},)>",
-                names.join(", "),
-                types.join(", ")
-            );
-        }
-        let needs_headers = !op.headers.is_empty() || op.event_stream.is_some();
-        if needs_headers {
-            code.push_str(", header_map: http::HeaderMap");
-        }
-        if !op.query.is_empty() {
-            let _ = write!(
-                code,
-                ", crate::http::OjsQuery(query): crate::http::OjsQuery<{}Query>",
-                op.type_name
-            );
-        }
-        if let Some((ty, required)) = &op.body {
-            if *required {
-                let _ = write!(
-                    code,
-                    ", crate::http::OjsJson(body): crate::http::OjsJson<types::{ty}>"
-                );
-            } else {
-                let _ = write!(
-                    code,
-                    ", crate::http::OptionalOjsJson(body): crate::http::OptionalOjsJson<types::{ty}>"
-                );
+        impl axum::response::IntoResponse for #name {
+            fn into_response(self) -> axum::response::Response {
+                match self { #(#arms)* }
             }
         }
-        code.push_str(") -> axum::response::Response {\n");
-        if !op.headers.is_empty() {
-            let _ = writeln!(code, "    let headers = {}Headers {{", op.type_name);
-            for h in &op.headers {
-                let _ = writeln!(
-                    code,
-                    "        {}: match crate::http::header_param(&header_map, \"{h}\") {{ Ok(v) => v, Err(e) => return axum::response::IntoResponse::into_response(e.with_request_id(&ctx.request_id)) }},",
-                    header_ident(h)
-                );
-            }
-            code.push_str("    };\n");
-        }
-        if op.event_stream.is_some() {
-            code.push_str(
-                "    let event_stream = crate::http::accepts_event_stream(&header_map);\n",
-            );
-        }
-        let _ = write!(code, "    let result = api.{}(ctx.clone()", op.fn_name);
-        for p in &op.path_params {
-            let _ = write!(code, ", {}", field_ident(p));
-        }
-        if !op.query.is_empty() {
-            code.push_str(", query");
-        }
-        if !op.headers.is_empty() {
-            code.push_str(", headers");
-        }
-        if op.event_stream.is_some() {
-            code.push_str(", event_stream");
-        }
-        if op.body.is_some() {
-            code.push_str(", body");
-        }
-        code.push_str(").await;\n    crate::http::respond(&ctx, result)\n}\n\n");
     }
+}
 
-    // Router.
+/// The `HttpApi` method of an operation.
+fn trait_method(op: &Operation) -> TokenStream {
+    let docs = doc(&op.summary);
+    let fn_name = &op.fn_name;
+    let mut params = vec![quote!(ctx: crate::http::RequestContext)];
+    params.extend(op.path_params.iter().map(|p| quote!(#p: String)));
+    if !op.query.is_empty() {
+        let ty = format_ident!("{}Query", op.type_name);
+        params.push(quote!(query: #ty));
+    }
+    if !op.headers.is_empty() {
+        let ty = format_ident!("{}Headers", op.type_name);
+        params.push(quote!(headers: #ty));
+    }
+    if op.event_stream.is_some() {
+        // Whether the client's Accept asks for the text/event-stream answer.
+        params.push(quote!(event_stream: bool));
+    }
+    if let Some((ty, required)) = &op.body {
+        let ty = ty.tokens(true);
+        params.push(if *required {
+            quote!(body: #ty)
+        } else {
+            quote!(body: Option<#ty>)
+        });
+    }
+    let response = format_ident!("{}Response", op.type_name);
+    quote! {
+        #docs
+        fn #fn_name(&self, #(#params),*)
+            -> impl std::future::Future<Output = Result<#response, crate::http::ApiError>> + Send;
+    }
+}
+
+/// The axum handler of an operation: extracts its inputs and calls the `HttpApi` method.
+fn handler(op: &Operation) -> TokenStream {
+    let handler = format_ident!("handle_{}", op.fn_name);
+    let fn_name = &op.fn_name;
+    let mut params = vec![
+        quote!(axum::extract::State(api): axum::extract::State<std::sync::Arc<A>>),
+        quote!(ctx: crate::http::RequestContext),
+    ];
+    let mut args = vec![quote!(ctx.clone())];
+    if !op.path_params.is_empty() {
+        let names = &op.path_params;
+        let types = names.iter().map(|_| quote!(String));
+        params.push(quote! {
+            crate::http::OjsPath((#(#names,)*)): crate::http::OjsPath<(#(#types,)*)>
+        });
+        args.extend(names.iter().map(|p| quote!(#p)));
+    }
+    if !op.headers.is_empty() || op.event_stream.is_some() {
+        params.push(quote!(header_map: http::HeaderMap));
+    }
+    if !op.query.is_empty() {
+        let ty = format_ident!("{}Query", op.type_name);
+        params.push(quote!(crate::http::OjsQuery(query): crate::http::OjsQuery<#ty>));
+        args.push(quote!(query));
+    }
+    let mut prelude = Vec::new();
+    if !op.headers.is_empty() {
+        let ty = format_ident!("{}Headers", op.type_name);
+        let fields = op.headers.iter().map(|h| {
+            let (ident, name) = (&h.ident, &h.name);
+            quote! {
+                #ident: match crate::http::header_param(&header_map, #name) {
+                    Ok(v) => v,
+                    Err(e) => return axum::response::IntoResponse::into_response(e.with_request_id(&ctx.request_id)),
+                },
+            }
+        });
+        prelude.push(quote! { let headers = #ty { #(#fields)* }; });
+        args.push(quote!(headers));
+    }
+    if op.event_stream.is_some() {
+        prelude.push(quote! {
+            let event_stream = crate::http::accepts_event_stream(&header_map);
+        });
+        args.push(quote!(event_stream));
+    }
+    if let Some((ty, required)) = &op.body {
+        let ty = ty.tokens(true);
+        params.push(if *required {
+            quote!(crate::http::OjsJson(body): crate::http::OjsJson<#ty>)
+        } else {
+            quote!(crate::http::OptionalOjsJson(body): crate::http::OptionalOjsJson<#ty>)
+        });
+        args.push(quote!(body));
+    }
+    quote! {
+        async fn #handler<A: HttpApi>(#(#params),*) -> axum::response::Response {
+            #(#prelude)*
+            let result = api.#fn_name(#(#args),*).await;
+            crate::http::respond(&ctx, result)
+        }
+    }
+}
+
+/// The router: one route per path, chaining the handlers of its methods.
+fn router(operations: &[&Operation]) -> TokenStream {
     let mut by_path: BTreeMap<&str, Vec<&Operation>> = BTreeMap::new();
     for op in operations {
         by_path.entry(op.path.as_str()).or_default().push(*op);
     }
-    code.push_str(
-        "/// The axum router calling `api` for every OpenAPI operation.\n\
-         pub fn router<A: HttpApi>(api: std::sync::Arc<A>) -> axum::Router {\n    axum::Router::new()\n",
-    );
-    for (path, ops) in by_path {
-        let mut chain = String::new();
-        for (i, op) in ops.iter().enumerate() {
-            let method = op.method.to_lowercase();
-            if i == 0 {
-                let _ = write!(chain, "axum::routing::{method}(handle_{}::<A>)", op.fn_name);
-            } else {
-                let _ = write!(chain, ".{method}(handle_{}::<A>)", op.fn_name);
-            }
+    let routes = by_path.iter().map(|(path, ops)| {
+        let mut methods = ops.iter().map(|op| {
+            let method = format_ident!("{}", op.method.to_ascii_lowercase());
+            let handler = format_ident!("handle_{}", op.fn_name);
+            quote!(#method(#handler::<A>))
+        });
+        let first = methods.next();
+        quote!(.route(#path, axum::routing::#first #(.#methods)*))
+    });
+    quote! {
+        /// The axum router calling `api` for every OpenAPI operation.
+        pub fn router<A: HttpApi>(api: std::sync::Arc<A>) -> axum::Router {
+            axum::Router::new()
+                #(#routes)*
+                .with_state(api)
         }
-        let _ = writeln!(code, "        .route(\"{path}\", {chain})");
     }
-    code.push_str("        .with_state(api)\n}\n");
-    Ok(code)
+}
+
+/// Everything of `openapi.rs` after the types, for the operations this module serves (not the
+/// `x-external` ones).
+fn generate_operations(operations: &[Operation]) -> TokenStream {
+    let served: Vec<&Operation> = operations.iter().filter(|op| !op.external).collect();
+    let inputs_and_answers = served.iter().map(|op| {
+        let (query, headers, response) = (query_struct(op), headers_struct(op), response_enum(op));
+        quote!(#query #headers #response)
+    });
+    let methods = served.iter().map(|op| trait_method(op));
+    let handlers = served.iter().map(|op| handler(op));
+    let router = router(&served);
+    quote! {
+        #(#inputs_and_answers)*
+
+        /// The HTTP binding as one async method per OpenAPI operation.
+        pub trait HttpApi: Send + Sync + 'static {
+            #(#methods)*
+        }
+
+        #(#handlers)*
+
+        #router
+    }
 }
