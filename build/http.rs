@@ -1,6 +1,11 @@
 //! openapi/pgvs3.yaml → the HTTP binding (`openapi.rs`: the wire types, one query/header struct
 //! and one response enum per operation, the `HttpApi` trait, the handlers and the axum router)
 //! and the HTTP operation table (`http_operations.rs`: `crate::contract::HTTP_OPERATIONS`).
+//!
+//! Every status an operation documents is accounted for (see [`answer`]): a success status is a
+//! variant of the operation's response enum; an error status whose body is the `ErrorEnvelope`
+//! is an answer of `crate::http::ApiError`, the one error type every operation returns; anything
+//! else fails the build, naming the operation and the status.
 
 use std::collections::BTreeMap;
 use std::path::Path;
@@ -17,6 +22,9 @@ const SPEC_PATH: &str = "openapi/pgvs3.yaml";
 /// The media type of server-sent events; a response offering it is negotiated on `Accept`.
 const EVENT_STREAM: &str = "text/event-stream";
 
+/// The schema of the shared error body; an error status answering it is served by `ApiError`.
+const ERROR_ENVELOPE: &str = "ErrorEnvelope";
+
 /// A status a response enum can have a variant for: the code, the variant and the
 /// `http::StatusCode` constant.
 struct Status {
@@ -25,8 +33,8 @@ struct Status {
     constant: &'static str,
 }
 
-/// The statuses a response enum can have a variant for.
-const STATUSES: &[Status] = &[
+/// The success statuses an operation may document; each is a variant of its response enum.
+const SUCCESS_STATUSES: &[Status] = &[
     Status {
         code: 200,
         variant: "Ok",
@@ -47,12 +55,15 @@ const STATUSES: &[Status] = &[
         variant: "NoContent",
         constant: "NO_CONTENT",
     },
-    Status {
-        code: 503,
-        variant: "ServiceUnavailable",
-        constant: "SERVICE_UNAVAILABLE",
-    },
 ];
+
+/// The error statuses an operation may answer with a body of its own, not the error envelope
+/// (the health check's 503 carries the health report); each is a variant of its response enum.
+const OWN_BODY_ERROR_STATUSES: &[Status] = &[Status {
+    code: 503,
+    variant: "ServiceUnavailable",
+    constant: "SERVICE_UNAVAILABLE",
+}];
 
 /// The Rust type of a schema.
 enum Ty {
@@ -255,6 +266,9 @@ fn generate_types(spec: &Value) -> BuildResult<TokenStream> {
         .pointer("/components/schemas")
         .and_then(Value::as_object)
         .ok_or("components.schemas missing")?;
+    if !schemas.contains_key(ERROR_ENVELOPE) {
+        return Err(format!("components.schemas.{ERROR_ENVELOPE} missing").into());
+    }
     let mut structs = Vec::new();
     let mut names = Vec::new();
     for (name, schema) in schemas {
@@ -325,6 +339,74 @@ fn generate_types(spec: &Value) -> BuildResult<TokenStream> {
             #(#structs)*
         }
     })
+}
+
+/// Follows a `$ref` to `#/components/responses/…`.
+fn resolve_response<'a>(spec: &'a Value, response: &'a Value) -> BuildResult<&'a Value> {
+    match response.get("$ref").and_then(Value::as_str) {
+        None => Ok(response),
+        Some(reference) => {
+            let pointer = reference
+                .strip_prefix('#')
+                .ok_or_else(|| format!("response $ref {reference} is not in this document"))?;
+            spec.pointer(pointer)
+                .ok_or_else(|| format!("response $ref {reference} resolves to nothing").into())
+        }
+    }
+}
+
+/// What a documented status becomes.
+enum Answer {
+    /// A variant of the operation's response enum.
+    Variant(&'static Status),
+    /// An error answered through `crate::http::ApiError` in the error envelope.
+    Error,
+}
+
+/// The rule for the statuses an operation documents: a success status (2xx) is a response
+/// variant, and must be one of [`SUCCESS_STATUSES`]; an error status (4xx, 5xx) whose body is the
+/// `ErrorEnvelope` is served by `ApiError`, one whose body is something else is a response variant
+/// and must be one of [`OWN_BODY_ERROR_STATUSES`]; any other status fails the build.
+fn answer(operation: &str, code: &str, body: Option<&Value>) -> BuildResult<Answer> {
+    let fail = |why: String| -> Box<dyn std::error::Error> {
+        format!("{operation}: documented status {code}: {why}").into()
+    };
+    let status: u16 = code
+        .parse()
+        .ok()
+        .filter(|s| (100..=599).contains(s))
+        .ok_or_else(|| {
+            fail("only numeric statuses are supported (no `default`, no ranges)".into())
+        })?;
+    let known = |table: &'static [Status]| table.iter().find(|s| s.code == status);
+    let error_envelope = body
+        .and_then(|b| b.get("$ref"))
+        .and_then(Value::as_str)
+        .is_some_and(|r| r == format!("#/components/schemas/{ERROR_ENVELOPE}"));
+    match status {
+        200..=299 => known(SUCCESS_STATUSES).map(Answer::Variant).ok_or_else(|| {
+            fail(format!(
+                "no response variant for this success status; add it to SUCCESS_STATUSES in \
+                 build/http.rs (and serve it) or remove it from {SPEC_PATH}"
+            ))
+        }),
+        400..=599 if error_envelope => Ok(Answer::Error),
+        400..=599 => match known(OWN_BODY_ERROR_STATUSES) {
+            Some(s) if body.is_some() => Ok(Answer::Variant(s)),
+            _ => Err(fail(format!(
+                "an error status must answer the {ERROR_ENVELOPE} (it is served by \
+                 crate::http::ApiError); only {:?} may carry a body of their own \
+                 (OWN_BODY_ERROR_STATUSES in build/http.rs)",
+                OWN_BODY_ERROR_STATUSES
+                    .iter()
+                    .map(|s| s.code)
+                    .collect::<Vec<_>>()
+            ))),
+        },
+        _ => Err(fail(
+            "informational and redirection statuses are not generated; remove it".into(),
+        )),
+    }
 }
 
 fn collect_operations(spec: &Value) -> BuildResult<Vec<Operation>> {
@@ -412,18 +494,12 @@ fn collect_operations(spec: &Value) -> BuildResult<Vec<Operation>> {
                 .and_then(Value::as_object)
                 .ok_or_else(|| format!("{id}: responses missing"))?
             {
-                let status: u16 = code.parse()?;
-                if response.get("$ref").is_some() {
-                    continue; // shared error responses: always the error envelope
-                }
-                if !(200..300).contains(&status) && status != 503 {
-                    continue;
-                }
-                let status = STATUSES
-                    .iter()
-                    .find(|s| s.code == status)
-                    .ok_or_else(|| format!("no variant name for status {status}"))?;
+                let response = resolve_response(spec, response)?;
                 let schema = content_schema(response.get("content"));
+                let status = match answer(&format!("{method} {path} ({id})"), code, schema)? {
+                    Answer::Error => continue,
+                    Answer::Variant(status) => status,
+                };
                 if response
                     .pointer(&format!("/content/{}", EVENT_STREAM.replace('/', "~1")))
                     .is_some()
