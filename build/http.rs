@@ -464,12 +464,43 @@ fn collect_operations(spec: &Value) -> BuildResult<Vec<Operation>> {
                     _ => return Err(format!("{id}: unsupported parameter {name}").into()),
                 }
             }
-            // Path parameters are passed in the order they appear in the path.
+            // The path's `{name}`s and the declared path parameters are the same names; they are
+            // passed in the order they appear in the path.
+            let mut in_path: Vec<&str> = path
+                .split('{')
+                .skip(1)
+                .filter_map(|rest| rest.split_once('}').map(|(name, _)| name))
+                .collect();
+            in_path.sort_unstable();
+            let mut declared: Vec<&str> = path_params.iter().map(String::as_str).collect();
+            declared.sort_unstable();
+            if in_path != declared {
+                return Err(format!(
+                    "{method} {path} ({id}): the path names {in_path:?} but declares the path \
+                     parameters {declared:?}"
+                )
+                .into());
+            }
             path_params.sort_by_key(|p| path.find(&format!("{{{p}}}")));
-            let path_params = path_params
+            let path_idents = path_params
                 .iter()
                 .map(|p| ident(p, Case::Snake))
                 .collect::<BuildResult<Vec<_>>>()?;
+            distinct(
+                &format!("{id}: the path parameters"),
+                path_params.iter().map(String::as_str).zip(&path_idents),
+            )?;
+            // A handler binds its path parameters beside the names `handler` gives its own.
+            if let Some(p) = path_idents
+                .iter()
+                .find(|p| HANDLER_NAMES.contains(&p.to_string().as_str()))
+            {
+                return Err(format!(
+                    "{method} {path} ({id}): the path parameter `{p}` is a name the generated \
+                     handler binds itself ({HANDLER_NAMES:?}); rename it"
+                )
+                .into());
+            }
             distinct(
                 &format!("{id}: the query parameters"),
                 query.iter().map(|q| (q.name.as_str(), &q.ident)),
@@ -571,7 +602,7 @@ fn collect_operations(spec: &Value) -> BuildResult<Vec<Operation>> {
                     .to_string(),
                 read_only,
                 role,
-                path_params,
+                path_params: path_idents,
                 query,
                 headers,
                 body,
@@ -751,6 +782,18 @@ fn trait_method(op: &Operation) -> TokenStream {
             -> impl std::future::Future<Output = Result<#response, crate::http::ApiError>> + Send;
     }
 }
+
+/// The names a handler binds besides the path parameters (see `handler`).
+const HANDLER_NAMES: [&str; 8] = [
+    "api",
+    "ctx",
+    "header_map",
+    "query",
+    "headers",
+    "event_stream",
+    "body",
+    "result",
+];
 
 /// The axum handler of an operation: extracts its inputs and calls the `HttpApi` method.
 fn handler(op: &Operation) -> TokenStream {
