@@ -6,58 +6,43 @@ use crate::common;
 
 use std::path::Path;
 use std::process::{Command, Stdio};
-use std::time::Duration;
 
 use pgvs3::grpc::proto::pgvs3::v1 as s3;
 use reqwest::{Method, StatusCode};
 use serde_json::{Value, json};
 use sqlx::{Connection, PgConnection};
 
-/// A small JSON client of the HTTP binding.
-struct Http {
-    client: reqwest::Client,
-    base: String,
+/// The shared HTTP client, with this module's calls.
+struct Http(common::http::Http);
+
+impl std::ops::Deref for Http {
+    type Target = common::http::Http;
+
+    fn deref(&self) -> &common::http::Http {
+        &self.0
+    }
 }
 
 impl Http {
     fn new(app: &common::TestApp) -> Self {
-        Http {
-            client: reqwest::Client::builder()
-                .timeout(Duration::from_secs(30))
-                .build()
-                .expect("http client"),
-            base: app.http_url.clone(),
-        }
+        Http(common::http::Http::new(app))
     }
 
-    async fn send(&self, method: Method, path: &str, body: Option<Value>) -> (StatusCode, Value) {
-        let mut request = self.client.request(method, format!("{}{path}", self.base));
-        if let Some(body) = body {
-            request = request
-                .header("content-type", "application/json")
-                .body(body.to_string());
-        }
-        let response = request.send().await.expect("send request");
-        let status = response.status();
-        let bytes = response.bytes().await.expect("read body");
-        (
-            status,
-            serde_json::from_slice(&bytes).unwrap_or(Value::Null),
-        )
-    }
-
+    /// Sends; the answer, which must be a success.
     async fn ok(&self, method: Method, path: &str, body: Option<Value>) -> Value {
         let (status, answer) = self.send(method.clone(), path, body).await;
         assert!(status.is_success(), "{method} {path} -> {status}: {answer}");
         answer
     }
 
+    /// `POST`s JSON; the answer, which must be a success.
     async fn post(&self, path: &str, body: Value) -> Value {
-        self.ok(Method::POST, path, Some(body)).await
+        self.0.ok_post(path, body).await
     }
 
+    /// `GET`; the answer, which must be a success.
     async fn get(&self, path: &str) -> Value {
-        self.ok(Method::GET, path, None).await
+        self.0.ok_get(path).await
     }
 
     async fn enqueue(&self, kind: &str, options: Value) -> String {
@@ -252,12 +237,7 @@ async fn dumped_queue_schema_restores_into_a_fresh_database() {
         .send(Method::GET, &format!("/ojs/v1/jobs/{available}"), None)
         .await;
     assert_eq!(status, StatusCode::NOT_FOUND, "not served before adoption");
-    let channel = tonic::transport::Channel::from_shared(target.grpc_url.clone())
-        .expect("url")
-        .connect()
-        .await
-        .expect("gRPC");
-    let mut admin = s3::admin_service_client::AdminServiceClient::new(channel);
+    let mut admin = common::grpc::admin(&target.grpc_url).await;
     let adopted = admin
         .adopt_queue(s3::AdoptQueueRequest {
             queue: QUEUE.into(),

@@ -14,33 +14,17 @@ use common::tokens::create_token;
 use common::webdriver::{self, Browser};
 use serde_json::{Value, json};
 
-/// An API client holding a token.
-struct Api {
-    base: String,
-    token: String,
-    http: reqwest::Client,
-}
+/// The shared HTTP client holding a token (sent even when empty), with this module's calls.
+struct Api(common::http::Http);
 
 impl Api {
-    async fn call(&self, method: reqwest::Method, path: &str, body: Option<Value>) -> (u16, Value) {
-        let mut request = self
-            .http
-            .request(method, format!("{}{path}", self.base))
-            .bearer_auth(&self.token);
-        if let Some(body) = body {
-            request = request.json(&body);
-        }
-        let response = request.send().await.expect("API call");
-        let status = response.status().as_u16();
-        let text = response.text().await.expect("API body");
-        (
-            status,
-            serde_json::from_str(&text).unwrap_or(Value::String(text)),
-        )
+    fn new(app: &common::TestApp, token: &str) -> Api {
+        Api(common::http::Http::with_client(&app.http_url, reqwest::Client::new()).bearer(token))
     }
 
     async fn post(&self, path: &str, body: Value) -> Value {
-        let (status, answer) = self.call(reqwest::Method::POST, path, Some(body)).await;
+        let (status, answer) = self.0.post(path, body).await;
+        let status = status.as_u16();
         assert!(
             (200..300).contains(&status),
             "POST {path}: {status} {answer}"
@@ -49,8 +33,8 @@ impl Api {
     }
 
     async fn get(&self, path: &str) -> Value {
-        let (status, answer) = self.call(reqwest::Method::GET, path, None).await;
-        assert_eq!(status, 200, "GET {path}: {answer}");
+        let (status, answer) = self.0.get(path).await;
+        assert_eq!(status.as_u16(), 200, "GET {path}: {answer}");
         answer
     }
 
@@ -109,11 +93,7 @@ async fn fixture() -> Fixture {
     let app = common::spawn_app_with(|s| s.auth = true).await;
     let admin_token = create_token(&app.database_url, "ops", &["admin"], None);
     let reader = create_token(&app.database_url, "viewer", &["reader"], None);
-    let admin = Api {
-        base: app.http_url.clone(),
-        token: admin_token.clone(),
-        http: reqwest::Client::new(),
-    };
+    let admin = Api::new(&app, &admin_token);
     Fixture {
         app,
         admin,
@@ -441,11 +421,7 @@ async fn pages_and_actions_keep_the_api_roles_scopes_and_origin() {
 async fn a_read_only_gateway_shows_pages_and_refuses_actions() {
     let (database, url) = common::fresh_database().await;
     let app = common::spawn_app_on(&database, &url, |_| {}).await;
-    let writer = Api {
-        base: app.http_url.clone(),
-        token: String::new(),
-        http: reqwest::Client::new(),
-    };
+    let writer = Api::new(&app, "");
     writer.enqueue("billing", "invoice.send").await;
     let replica = common::spawn_app_on(&database, &url, |s| s.service.read_only = true).await;
     let html = reqwest::get(format!("{}/ui", replica.http_url))
@@ -473,11 +449,7 @@ async fn a_read_only_gateway_shows_pages_and_refuses_actions() {
 async fn a_form_post_over_http2_passes_the_origin_check() {
     // HTTP/2 names the host in `:authority`, not in a Host header (browsers over HTTPS use h2).
     let app = common::spawn_app().await;
-    let api = Api {
-        base: app.http_url.clone(),
-        token: String::new(),
-        http: reqwest::Client::new(),
-    };
+    let api = Api::new(&app, "");
     api.enqueue("billing", "invoice.send").await;
     let address = app.http_url.trim_start_matches("http://").to_string();
     let tcp = tokio::net::TcpStream::connect(&address)

@@ -11,53 +11,28 @@ use pgvs3::grpc::proto::pgvs3::v1 as s3;
 use reqwest::StatusCode;
 use serde_json::{Value, json};
 
-struct Api {
-    http: reqwest::Client,
-    base: String,
+/// The shared HTTP client, with this module's calls.
+struct Api(common::http::Http);
+
+impl std::ops::Deref for Api {
+    type Target = common::http::Http;
+
+    fn deref(&self) -> &common::http::Http {
+        &self.0
+    }
 }
 
 impl Api {
     fn new(app: &common::TestApp) -> Api {
-        Api {
-            http: reqwest::Client::builder()
-                .timeout(Duration::from_secs(30))
-                .build()
-                .expect("http client"),
-            base: app.http_url.clone(),
-        }
-    }
-
-    async fn send(
-        &self,
-        method: reqwest::Method,
-        path: &str,
-        body: Option<Value>,
-    ) -> (StatusCode, Value) {
-        let mut request = self.http.request(method, format!("{}{path}", self.base));
-        if let Some(body) = body {
-            request = request
-                .header("content-type", "application/json")
-                .body(body.to_string());
-        }
-        let response = request.send().await.expect("send request");
-        let status = response.status();
-        let text = response.text().await.expect("read body");
-        (
-            status,
-            serde_json::from_str(&text).unwrap_or(Value::String(text)),
-        )
+        Api(common::http::Http::new(app))
     }
 
     async fn post(&self, path: &str, body: Value) -> Value {
-        let (status, answer) = self.send(reqwest::Method::POST, path, Some(body)).await;
-        assert!(status.is_success(), "POST {path} -> {status}: {answer}");
-        answer
+        self.0.ok_post(path, body).await
     }
 
     async fn get(&self, path: &str) -> Value {
-        let (status, answer) = self.send(reqwest::Method::GET, path, None).await;
-        assert_eq!(status, StatusCode::OK, "GET {path}: {answer}");
-        answer
+        self.get_200(path).await
     }
 
     async fn config(&self, queue: &str) -> Value {

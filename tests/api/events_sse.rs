@@ -15,54 +15,32 @@ use serde_json::{Value, json};
 /// How long a test waits for the next frame before failing.
 const FRAME_WAIT: Duration = Duration::from_secs(10);
 
-struct Api {
-    http: reqwest::Client,
-    base: String,
+/// The shared HTTP client, with this module's calls.
+struct Api(common::http::Http);
+
+impl std::ops::Deref for Api {
+    type Target = common::http::Http;
+
+    fn deref(&self) -> &common::http::Http {
+        &self.0
+    }
 }
 
 impl Api {
     fn new(base: &str) -> Api {
-        Api {
-            // No overall timeout: event streams stay open; each read is bounded instead.
-            http: reqwest::Client::new(),
-            base: base.to_string(),
-        }
-    }
-
-    async fn send(
-        &self,
-        method: reqwest::Method,
-        path: &str,
-        body: Option<Value>,
-    ) -> (StatusCode, Value) {
-        let mut request = self.http.request(method, format!("{}{path}", self.base));
-        if let Some(body) = body {
-            request = request
-                .header("content-type", "application/json")
-                .body(body.to_string());
-        }
-        let response = tokio::time::timeout(FRAME_WAIT, request.send())
-            .await
-            .expect("answer in time")
-            .expect("send request");
-        let status = response.status();
-        let text = response.text().await.expect("read body");
-        (
-            status,
-            serde_json::from_str(&text).unwrap_or(Value::String(text)),
+        // No overall timeout: event streams stay open; each read is bounded instead.
+        Api(
+            common::http::Http::with_client(base, reqwest::Client::new())
+                .answering_within(FRAME_WAIT),
         )
     }
 
     async fn post(&self, path: &str, body: Value) -> Value {
-        let (status, answer) = self.send(reqwest::Method::POST, path, Some(body)).await;
-        assert!(status.is_success(), "POST {path} -> {status}: {answer}");
-        answer
+        self.0.ok_post(path, body).await
     }
 
     async fn get(&self, path: &str) -> Value {
-        let (status, answer) = self.send(reqwest::Method::GET, path, None).await;
-        assert_eq!(status, StatusCode::OK, "GET {path}: {answer}");
-        answer
+        self.get_200(path).await
     }
 
     /// Enqueues a job of type `sse.test` into `queue`; returns its id.
@@ -115,7 +93,7 @@ impl Api {
     /// Opens `GET /ojs/v1/events?{query}` asking for server-sent events.
     async fn open(&self, query: &str, headers: &[(&str, &str)]) -> reqwest::Response {
         let mut request = self
-            .http
+            .client
             .get(format!("{}/ojs/v1/events?{query}", self.base))
             .header("accept", "text/event-stream");
         for (name, value) in headers {
@@ -350,7 +328,7 @@ async fn bad_requests_get_the_error_envelope_not_a_stream() {
 
     // Without text/event-stream in Accept (wildcards included) the answer is the JSON page.
     let response = api
-        .http
+        .client
         .get(format!("{}/ojs/v1/events", api.base))
         .header("accept", "*/*")
         .send()

@@ -17,69 +17,26 @@ use sqlx::{Connection, PgConnection};
 use tokio::time::Instant;
 use tonic::transport::Channel;
 
-type Ojs = pb::ojs_service_client::OjsServiceClient<Channel>;
-type Streams = s3::stream_service_client::StreamServiceClient<Channel>;
-type Admin = s3::admin_service_client::AdminServiceClient<Channel>;
+use common::grpc::{Admin, Ojs, Streams};
 
 // ---------------------------------------------------------------------------------------------
 // Helpers
 
-/// A small JSON client of one gateway's HTTP binding.
+/// The shared HTTP client of one gateway, with this module's calls.
 #[derive(Clone)]
-struct Http {
-    client: reqwest::Client,
-    base: String,
+struct Http(common::http::Http);
+
+impl std::ops::Deref for Http {
+    type Target = common::http::Http;
+
+    fn deref(&self) -> &common::http::Http {
+        &self.0
+    }
 }
 
 impl Http {
     fn new(app: &common::TestApp) -> Self {
-        Http {
-            client: reqwest::Client::builder()
-                .timeout(Duration::from_secs(30))
-                .build()
-                .expect("http client"),
-            base: app.http_url.clone(),
-        }
-    }
-
-    async fn send(&self, method: Method, path: &str, body: Option<Value>) -> (StatusCode, Value) {
-        let mut request = self.client.request(method, format!("{}{path}", self.base));
-        if let Some(body) = body {
-            request = request
-                .header("content-type", "application/json")
-                .body(body.to_string());
-        }
-        let response = request.send().await.expect("send request");
-        let status = response.status();
-        let bytes = response.bytes().await.expect("read body");
-        (
-            status,
-            serde_json::from_slice(&bytes).unwrap_or(Value::Null),
-        )
-    }
-
-    async fn post(&self, path: &str, body: Value) -> (StatusCode, Value) {
-        self.send(Method::POST, path, Some(body)).await
-    }
-
-    async fn get(&self, path: &str) -> (StatusCode, Value) {
-        self.send(Method::GET, path, None).await
-    }
-
-    async fn delete(&self, path: &str) -> (StatusCode, Value) {
-        self.send(Method::DELETE, path, None).await
-    }
-
-    async fn ok_post(&self, path: &str, body: Value) -> Value {
-        let (status, answer) = self.post(path, body).await;
-        assert!(status.is_success(), "POST {path} -> {status}: {answer}");
-        answer
-    }
-
-    async fn ok_get(&self, path: &str) -> Value {
-        let (status, answer) = self.get(path).await;
-        assert!(status.is_success(), "GET {path} -> {status}: {answer}");
-        answer
+        Http(common::http::Http::new(app))
     }
 
     /// Enqueues one job (201 expected); returns its id.
@@ -122,11 +79,7 @@ impl Http {
 }
 
 async fn channel(app: &common::TestApp) -> Channel {
-    Channel::from_shared(app.grpc_url.clone())
-        .expect("gRPC url")
-        .connect()
-        .await
-        .expect("connect gRPC")
+    common::grpc::channel(&app.grpc_url).await
 }
 
 fn text(s: &str) -> prost_types::Value {

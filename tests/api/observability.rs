@@ -15,20 +15,20 @@ use serde_json::{Value, json};
 // ---------------------------------------------------------------------------------------------
 // HTTP helpers
 
-struct Api {
-    http: reqwest::Client,
-    base: String,
+/// The shared HTTP client, with this module's calls.
+struct Api(common::http::Http);
+
+impl std::ops::Deref for Api {
+    type Target = common::http::Http;
+
+    fn deref(&self) -> &common::http::Http {
+        &self.0
+    }
 }
 
 impl Api {
     fn new(app: &common::TestApp) -> Api {
-        Api {
-            http: reqwest::Client::builder()
-                .timeout(Duration::from_secs(30))
-                .build()
-                .expect("http client"),
-            base: app.http_url.clone(),
-        }
+        Api(common::http::Http::new(app))
     }
 
     /// Sends a request with extra headers; returns the status and the JSON (or text) body.
@@ -39,24 +39,8 @@ impl Api {
         body: Option<Value>,
         headers: &[(&str, &str)],
     ) -> (StatusCode, Value) {
-        let mut request = self.http.request(method, format!("{}{path}", self.base));
-        for (name, value) in headers {
-            request = request.header(*name, *value);
-        }
-        if let Some(body) = body {
-            request = request
-                .header("content-type", "application/json")
-                .body(body.to_string());
-        }
-        let response = request.send().await.expect("send request");
-        let status = response.status();
-        let text = response.text().await.expect("read body");
-        let value = if text.is_empty() {
-            Value::Null
-        } else {
-            serde_json::from_str(&text).unwrap_or(Value::String(text))
-        };
-        (status, value)
+        self.send_raw(method, path, body.map(|b| b.to_string()), headers)
+            .await
     }
 
     async fn post(&self, path: &str, body: Value, headers: &[(&str, &str)]) -> Value {
@@ -100,7 +84,7 @@ impl Api {
 
     async fn scrape(&self) -> String {
         let response = self
-            .http
+            .client
             .get(format!("{}/metrics", self.base))
             .send()
             .await

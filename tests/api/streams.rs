@@ -20,11 +20,16 @@ use uuid::Uuid;
 // ---------------------------------------------------------------------------------------------
 // Helpers
 
-/// The HTTP binding of one server.
+/// The shared HTTP client of one server (60 s timeout), with this module's calls.
 #[derive(Clone)]
-struct Api {
-    http: reqwest::Client,
-    base: String,
+struct Api(common::http::Http);
+
+impl std::ops::Deref for Api {
+    type Target = common::http::Http;
+
+    fn deref(&self) -> &common::http::Http {
+        &self.0
+    }
 }
 
 /// An event as delivered in a batch.
@@ -39,55 +44,10 @@ struct Event {
 
 impl Api {
     fn new(app: &common::TestApp) -> Api {
-        Api {
-            http: reqwest::Client::builder()
-                .timeout(Duration::from_secs(60))
-                .build()
-                .expect("http client"),
-            base: app.http_url.clone(),
-        }
-    }
-
-    async fn send(&self, method: Method, path: &str, body: Option<String>) -> (StatusCode, Value) {
-        let mut request = self.http.request(method, format!("{}{path}", self.base));
-        if let Some(body) = body {
-            request = request
-                .header("content-type", "application/json")
-                .body(body);
-        }
-        let response = request.send().await.expect("send request");
-        let status = response.status();
-        let text = response.text().await.expect("read body");
-        let value = if text.is_empty() {
-            Value::Null
-        } else {
-            serde_json::from_str(&text).unwrap_or(Value::String(text))
-        };
-        (status, value)
-    }
-
-    async fn post(&self, path: &str, body: Value) -> (StatusCode, Value) {
-        self.send(Method::POST, path, Some(body.to_string())).await
-    }
-
-    async fn get(&self, path: &str) -> (StatusCode, Value) {
-        self.send(Method::GET, path, None).await
-    }
-
-    async fn delete(&self, path: &str) -> (StatusCode, Value) {
-        self.send(Method::DELETE, path, None).await
-    }
-
-    async fn ok_post(&self, path: &str, body: Value) -> Value {
-        let (status, answer) = self.post(path, body).await;
-        assert!(status.is_success(), "POST {path} -> {status}: {answer}");
-        answer
-    }
-
-    async fn ok_get(&self, path: &str) -> Value {
-        let (status, answer) = self.get(path).await;
-        assert!(status.is_success(), "GET {path} -> {status}: {answer}");
-        answer
+        Api(common::http::Http::with_timeout(
+            &app.http_url,
+            Duration::from_secs(60),
+        ))
     }
 
     /// Appends one message; returns its id and seq.
@@ -2083,7 +2043,7 @@ async fn bad_input_is_rejected_with_the_right_status() {
     let (s, a) = api.post(&messages, json!({"type": "bad.one"})).await;
     check("payload missing", s, &a, StatusCode::BAD_REQUEST);
     let (s, a) = api
-        .send(Method::POST, &messages, Some("{not json".to_string()))
+        .send_raw(Method::POST, &messages, Some("{not json".to_string()), &[])
         .await;
     check("body not JSON", s, &a, StatusCode::BAD_REQUEST);
     let (s, a) = api
@@ -2347,7 +2307,7 @@ async fn cooperative_takeover_after_the_configured_interval() {
 /// The `pgvs3_lock_conflict_retries_total` counter of a server's /metrics.
 async fn conflict_retries(api: &Api) -> u64 {
     let text = api
-        .http
+        .client
         .get(format!("{}/metrics", api.base))
         .send()
         .await

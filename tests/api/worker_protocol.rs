@@ -10,50 +10,30 @@ use common::wait::eventually;
 use std::time::Duration;
 
 use pgvs3::grpc::proto::ojs::v1 as pb;
-use reqwest::{Method, StatusCode};
+use reqwest::StatusCode;
 use serde_json::{Value, json};
 use tokio::time::Instant;
 
-type Grpc = pb::ojs_service_client::OjsServiceClient<tonic::transport::Channel>;
+type Grpc = common::grpc::Ojs;
 
-/// A small JSON client of the HTTP binding.
-struct Http {
-    client: reqwest::Client,
-    base: String,
+/// The shared HTTP client (without a timeout: long polls and held requests run long), with the
+/// worker protocol's calls.
+struct Http(common::http::Http);
+
+impl std::ops::Deref for Http {
+    type Target = common::http::Http;
+
+    fn deref(&self) -> &common::http::Http {
+        &self.0
+    }
 }
 
 impl Http {
     fn new(app: &common::TestApp) -> Self {
-        Http {
-            client: reqwest::Client::new(),
-            base: app.http_url.clone(),
-        }
-    }
-
-    async fn send(&self, method: Method, path: &str, body: Option<Value>) -> (StatusCode, Value) {
-        let mut request = self.client.request(method, format!("{}{path}", self.base));
-        if let Some(body) = body {
-            request = request
-                .header("content-type", "application/json")
-                .body(body.to_string());
-        }
-        let response = request.send().await.expect("send request");
-        let status = response.status();
-        let bytes = response.bytes().await.expect("read body");
-        let body = serde_json::from_slice(&bytes).unwrap_or(Value::Null);
-        (status, body)
-    }
-
-    async fn post(&self, path: &str, body: Value) -> (StatusCode, Value) {
-        self.send(Method::POST, path, Some(body)).await
-    }
-
-    async fn get(&self, path: &str) -> (StatusCode, Value) {
-        self.send(Method::GET, path, None).await
-    }
-
-    async fn delete(&self, path: &str) -> (StatusCode, Value) {
-        self.send(Method::DELETE, path, None).await
+        Http(common::http::Http::with_client(
+            &app.http_url,
+            reqwest::Client::new(),
+        ))
     }
 
     /// Enqueues; the answer must be 201. Returns the job.

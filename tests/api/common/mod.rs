@@ -6,6 +6,7 @@ pub mod certs;
 pub mod codes;
 pub mod db;
 pub mod grpc;
+pub mod http;
 pub mod raw;
 pub mod tokens;
 pub mod wait;
