@@ -213,11 +213,7 @@ async fn every_operation_allows_exactly_its_declared_roles_on_both_protocols() {
     }
     // Every gRPC method, each caller on a connection of its own.
     for caller in &callers {
-        let channel = tonic::transport::Channel::from_shared(app.grpc_url.clone())
-            .expect("url")
-            .connect()
-            .await
-            .expect("connect gRPC");
+        let channel = common::grpc::channel(&app.grpc_url).await;
         for op in GRPC_OPERATIONS {
             let (code, message) =
                 grpc_code(&channel, op.path, caller.token.as_deref(), Vec::new()).await;
@@ -369,11 +365,7 @@ async fn queue_scopes_cover_every_queue_an_operation_names() {
     assert_eq!(receive.status(), 403);
 
     // gRPC: the same fetch, through the adapters' queue check.
-    let channel = tonic::transport::Channel::from_shared(app.grpc_url.clone())
-        .expect("url")
-        .connect()
-        .await
-        .expect("connect");
+    let channel = common::grpc::channel(&app.grpc_url).await;
     let fetch = "/ojs.v1.OJSService/Fetch";
     let (code, message) = grpc_code(
         &channel,
@@ -619,11 +611,7 @@ async fn tokens_are_managed_over_both_protocols() {
     assert_eq!(by_producer.status(), 403);
 
     // gRPC: list, revoke; then HTTP refuses the token.
-    let channel = tonic::transport::Channel::from_shared(app.grpc_url.clone())
-        .expect("url")
-        .connect()
-        .await
-        .expect("connect");
+    let channel = common::grpc::channel(&app.grpc_url).await;
     let mut grpc = AdminServiceClient::new(channel);
     fn with_token<T>(token: &str, message: T) -> tonic::Request<T> {
         let mut request = tonic::Request::new(message);

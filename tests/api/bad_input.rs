@@ -1133,11 +1133,7 @@ async fn durations_and_times_past_their_bounds_are_refused_over_both_protocols()
             .expect_err("an unrepresentable time is refused");
         assert_status(&status, Code::InvalidArgument, "invalid_request");
     }
-    let channel = tonic::transport::Channel::from_shared(app.grpc_url.clone())
-        .expect("url")
-        .connect()
-        .await
-        .expect("connect gRPC");
+    let channel = common::grpc::channel(&app.grpc_url).await;
     let mut admin = s3::admin_service_client::AdminServiceClient::new(channel.clone());
     let status = admin
         .set_queue_config(s3::SetQueueConfigRequest {

@@ -240,11 +240,7 @@ async fn mirroring_is_set_over_grpc() {
     let api = Api::new(&app);
     let queue = "mirrored-grpc";
     api.subscribe(queue, "c1").await;
-    let channel = tonic::transport::Channel::from_shared(app.grpc_url.clone())
-        .expect("url")
-        .connect()
-        .await
-        .expect("gRPC");
+    let channel = common::grpc::channel(&app.grpc_url).await;
     let mut admin = s3::admin_service_client::AdminServiceClient::new(channel);
     let client = admin.clone();
     let set = move |mirror: Option<bool>| {

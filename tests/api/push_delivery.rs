@@ -9,18 +9,10 @@ use std::time::Duration;
 use pgvs3::grpc::proto::ojs::v1 as pb;
 use pgvs3::grpc::proto::ojs::v1::ojs_service_client::OjsServiceClient;
 use pgvs3::grpc::proto::pgvs3::v1 as spb;
-use pgvs3::grpc::proto::pgvs3::v1::stream_service_client::StreamServiceClient;
 use tonic::Streaming;
 use tonic::transport::Channel;
 
-/// A channel to the server.
-async fn channel(url: &str) -> Channel {
-    Channel::from_shared(url.to_string())
-        .expect("a valid URL")
-        .connect()
-        .await
-        .expect("connect gRPC")
-}
+use common::grpc::channel;
 
 /// How long a test waits for something that should come.
 const PATIENCE: Duration = Duration::from_secs(10);
@@ -373,9 +365,7 @@ fn message(n: i64) -> spb::Message {
 #[tokio::test]
 async fn receive_stream_sends_the_next_batch_after_an_ack() {
     let app = common::spawn_app().await;
-    let mut streams = StreamServiceClient::connect(app.grpc_url.clone())
-        .await
-        .expect("connect gRPC");
+    let mut streams = common::grpc::streams(&app.grpc_url).await;
     streams
         .subscribe(spb::SubscribeRequest {
             queue: "rs-q".to_string(),

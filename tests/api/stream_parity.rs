@@ -1029,9 +1029,7 @@ async fn streams_are_the_same_over_http_and_grpc() {
     let over_http = run_scenarios(&mut http).await;
 
     let app2 = common::spawn_app().await;
-    let grpc = StreamServiceClient::connect(app2.grpc_url.clone())
-        .await
-        .expect("connect gRPC");
+    let grpc = common::grpc::streams(&app2.grpc_url).await;
     let mut grpc = Client::Grpc(grpc);
     let over_grpc = run_scenarios(&mut grpc).await;
 
@@ -1169,9 +1167,7 @@ async fn read_only_gateway_serves_stream_reads_only() {
 
     let mut traces = Vec::new();
     let over_http = Client::Http(reqwest::Client::new(), reader.http_url.clone());
-    let grpc = StreamServiceClient::connect(reader.grpc_url.clone())
-        .await
-        .expect("connect gRPC");
+    let grpc = common::grpc::streams(&reader.grpc_url).await;
     for mut client in [over_http, Client::Grpc(grpc)] {
         let trace = vec![
             format!(

@@ -1,6 +1,5 @@
 //! Test harness: a real PostgreSQL (DATABASE_URL, or one private cluster for the test process), a
 //! fresh database per test (`db`), and the real server on an ephemeral port.
-#![allow(dead_code)]
 
 pub mod certs;
 pub mod codes;
