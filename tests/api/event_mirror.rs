@@ -146,6 +146,8 @@ fn types(messages: &[Value]) -> Vec<&str> {
 /// values get 400 and change nothing; turned off, mirroring stops.
 #[tokio::test]
 async fn mirroring_is_off_by_default_and_set_over_http() {
+    // Reads the event log right after commits: not while conformance runs (common::db).
+    let _log = common::db::reading_the_event_log_at_once().await;
     let app = common::spawn_app().await;
     let api = Api::new(&app);
     let queue = "mirrored";

@@ -210,6 +210,8 @@ fn cursor(frame: &Frame) -> (i64, i64) {
 /// ids increasing, each carrying the same JSON object the polling page shows.
 #[tokio::test]
 async fn a_jobs_lifecycle_streams_as_frames_in_order() {
+    // Reads the event log right after commits: not while conformance runs (common::db).
+    let _log = common::db::reading_the_event_log_at_once().await;
     let app = common::spawn_app().await;
     let api = Api::new(&app.http_url);
     let mut stream = api.stream("queues=sse-a", &[]).await;
@@ -255,6 +257,8 @@ async fn a_jobs_lifecycle_streams_as_frames_in_order() {
 /// the stream starts with what happens next.
 #[tokio::test]
 async fn last_event_id_resumes_after_its_cursor() {
+    // Reads the event log right after commits: not while conformance runs (common::db).
+    let _log = common::db::reading_the_event_log_at_once().await;
     let app = common::spawn_app().await;
     let api = Api::new(&app.http_url);
     let mut jobs = Vec::new();
@@ -422,6 +426,8 @@ async fn shutdown_ends_the_stream() {
 /// once it commits, both come, the late one first.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_late_commit_is_delivered_not_skipped() {
+    // Reads the event log right after commits: not while conformance runs (common::db).
+    let _log = common::db::reading_the_event_log_at_once().await;
     use sqlx::Connection;
     let app = common::spawn_app().await;
     let api = Api::new(&app.http_url);

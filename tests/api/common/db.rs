@@ -91,10 +91,10 @@ pub fn with_database(url: &str, database: &str) -> String {
     format!("{prefix}/{database}{query}")
 }
 
-/// Creates a database named `pgvs3_test_<uuid>` with `clause` (e.g. `TEMPLATE x`); its name and URL.
-async fn create_database(clause: &str) -> (String, String) {
+/// Creates a database named `<prefix>_<uuid>` with `clause` (e.g. `TEMPLATE x`); its name and URL.
+async fn create_database(prefix: &str, clause: &str) -> (String, String) {
     let admin = admin_url();
-    let name = format!("pgvs3_test_{}", uuid::Uuid::new_v4().simple());
+    let name = format!("{prefix}_{}", uuid::Uuid::new_v4().simple());
     let mut conn = sqlx::PgConnection::connect(&admin)
         .await
         .expect("connect to the admin database");
@@ -115,7 +115,7 @@ async fn create_database(clause: &str) -> (String, String) {
 async fn template() -> &'static str {
     TEMPLATE
         .get_or_init(|| async {
-            let (name, url) = create_database("").await;
+            let (name, url) = create_database("pgvs3_template", "").await;
             let pool = PgPoolOptions::new()
                 .max_connections(1)
                 .connect(&url)
@@ -144,12 +144,12 @@ async fn template() -> &'static str {
 /// URL.
 pub async fn fresh_database() -> (String, String) {
     let template = template().await;
-    create_database(&format!("TEMPLATE {template}")).await
+    create_database("pgvs3_test", &format!("TEMPLATE {template}")).await
 }
 
 /// A fresh, empty database (nothing migrated); its name and URL.
 pub async fn empty_database() -> (String, String) {
-    create_database("").await
+    create_database("pgvs3_test", "").await
 }
 
 /// Runs `work` on a connection to the admin database, on a thread and runtime of its own (for
@@ -191,4 +191,24 @@ pub fn drop_database(name: String) {
         .execute(&mut conn)
         .await;
     });
+}
+
+/// Conformance runs many servers at once, each committing in a database of its own on the shared
+/// cluster. The OJS event log (`s3p.events_horizon`) holds a read back at a transaction of another
+/// database that was open at the read's snapshot and ends during the read (it cannot tell whether
+/// that transaction wrote events the snapshot misses), so under that load an event can be missing
+/// for an instant right after its commit. The tests that read the log right after a commit and
+/// assert what it holds take the shared side of this lock, conformance the exclusive side: they
+/// never overlap. A test takes it once, at its start (the lock is fair: a test taking its shared
+/// side twice could wait behind conformance waiting for it).
+static MANY_DATABASES_BUSY: tokio::sync::RwLock<()> = tokio::sync::RwLock::const_new(());
+
+/// Held by a test that reads the event log right after a commit (see `MANY_DATABASES_BUSY`).
+pub async fn reading_the_event_log_at_once() -> tokio::sync::RwLockReadGuard<'static, ()> {
+    MANY_DATABASES_BUSY.read().await
+}
+
+/// Held by conformance while its servers run (see `MANY_DATABASES_BUSY`).
+pub async fn many_databases_busy() -> tokio::sync::RwLockWriteGuard<'static, ()> {
+    MANY_DATABASES_BUSY.write().await
 }
