@@ -5,7 +5,9 @@
 //!
 //! What the modules share is process-wide, so no test may change the process: no `set_var`, no
 //! global tracing subscriber (`otlp` needs both, and runs its body in a child process of this
-//! binary for it), extra clusters only in directories of their own.
+//! binary for it), extra clusters only in directories of their own. Tests run concurrently, except
+//! conformance and the few tests that read the event log right after a commit
+//! (`common::db::MANY_DATABASES_BUSY` says why).
 
 mod common;
 

@@ -90,17 +90,9 @@ fn tail(path: &Path) -> String {
 }
 
 async fn get(client: &reqwest::Client, base: &str, path: &str) -> (StatusCode, Value) {
-    let response = client
-        .get(format!("{base}{path}"))
-        .send()
+    common::http::Http::with_client(base, client.clone())
+        .get(path)
         .await
-        .expect("GET");
-    let status = response.status();
-    let bytes = response.bytes().await.expect("body");
-    (
-        status,
-        serde_json::from_slice(&bytes).unwrap_or(Value::Null),
-    )
 }
 
 async fn post(
@@ -109,19 +101,9 @@ async fn post(
     path: &str,
     body: Value,
 ) -> (StatusCode, Value) {
-    let response = client
-        .post(format!("{base}{path}"))
-        .header("content-type", "application/json")
-        .body(body.to_string())
-        .send()
+    common::http::Http::with_client(base, client.clone())
+        .post(path, body)
         .await
-        .expect("POST");
-    let status = response.status();
-    let bytes = response.bytes().await.expect("body");
-    (
-        status,
-        serde_json::from_slice(&bytes).unwrap_or(Value::Null),
-    )
 }
 
 async fn gateway(url: &str) -> RunningServer {
@@ -294,11 +276,7 @@ async fn standby_gateway_serves_reads_and_refuses_writes_while_the_primary_write
     assert_eq!(status, StatusCode::OK, "{info}");
     let (status, _) = get(&client, &standby_base, "/ojs/manifest").await;
     assert_eq!(status, StatusCode::OK);
-    let channel = tonic::transport::Channel::from_shared(standby_base.clone())
-        .expect("url")
-        .connect()
-        .await
-        .expect("gRPC to the standby");
+    let channel = common::grpc::channel(&standby_base).await;
     let mut ojs = pb::ojs_service_client::OjsServiceClient::new(channel.clone());
     let seen = ojs
         .get_job(pb::GetJobRequest { job_id: id.clone() })
