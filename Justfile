@@ -12,7 +12,7 @@ test:
 # OJS_CONFORMANCE_DIR (here a run without it would only print SKIPPED, so it is an error).
 conformance levels="0":
     @: "${OJS_CONFORMANCE_DIR:?set OJS_CONFORMANCE_DIR to the suite (…/ojs-conformance)}"
-    OJS_LEVELS={{levels}} cargo test --test conformance -- --nocapture
+    OJS_LEVELS={{levels}} cargo test --test api conformance:: -- --nocapture
 
 # Format and lint as CI does.
 lint:
