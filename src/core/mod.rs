@@ -10,7 +10,6 @@ pub use crate::model::job;
 pub mod page;
 pub mod push;
 pub mod stream;
-pub mod time;
 pub mod timings;
 pub mod validate;
 pub mod workflow;

@@ -5,7 +5,7 @@ use serde_json::{Map, Value, json};
 use tokio::time::Instant;
 use uuid::Uuid;
 
-use super::time::parse_flexible_duration_ms;
+use crate::model::time::parse_flexible_duration_ms;
 use super::validate::{check_job_type, check_queue_name};
 use super::{CoreError, Service};
 pub use crate::model::stream::*;

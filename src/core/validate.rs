@@ -6,7 +6,7 @@ use uuid::Uuid;
 
 use super::error::CoreError;
 use super::job::{EnqueueJob, RetryPolicy};
-use super::time::{parse_duration_ms, parse_time};
+use crate::model::time::{parse_duration_ms, parse_time};
 
 /// Longest job type.
 pub const MAX_TYPE_LEN: usize = 255;
@@ -660,7 +660,7 @@ pub struct QueueConfigChanges {
 }
 
 fn duration_field(field: &str, text: &str, min_ms: i64) -> Result<i64, CoreError> {
-    let ms = super::time::parse_flexible_duration_ms(text).ok_or_else(|| {
+    let ms = crate::model::time::parse_flexible_duration_ms(text).ok_or_else(|| {
         CoreError::invalid(format!(
             "{field} {text:?} is not a duration (500ms, 2s, 720h or PT2S)"
         ))

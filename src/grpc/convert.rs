@@ -6,7 +6,7 @@ use serde_json::{Map, Number, Value, json};
 
 use super::proto::ojs::v1 as pb;
 use crate::core::job::{Failure, JobOptions, RetryPolicy};
-use crate::core::time::{format_duration_ms, format_time};
+use crate::model::time::{format_duration_ms, format_time};
 use crate::core::workflow::{CronEntry, NewStep, NewWorkflow, StepState, Workflow};
 use crate::core::{CoreError, EnqueueJob, Job, JobState, WorkerDirective};
 
@@ -135,7 +135,7 @@ fn job_error(error: &Value) -> pb::JobError {
         occurred_at: error
             .get("occurred_at")
             .and_then(Value::as_str)
-            .and_then(crate::core::time::parse_time)
+            .and_then(crate::model::time::parse_time)
             .map(|t| timestamp(&t)),
         backtrace: match error.get("backtrace") {
             Some(Value::String(s)) => s.clone(),

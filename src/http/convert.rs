@@ -2,7 +2,7 @@
 
 use crate::core::job::{Failure, Heartbeat, JobOptions, RetryPolicy};
 use crate::core::stream::{Appended, Batch, ConsumerInfo, NewMessage, StreamDeadLetter};
-use crate::core::time::{format_duration_ms, format_time};
+use crate::model::time::{format_duration_ms, format_time};
 use crate::core::workflow::{CronEntry, NewCron, NewStep, NewWorkflow, Workflow};
 use crate::core::{CoreError, EnqueueJob, Job, JobState, QueueConfigChanges};
 
@@ -532,8 +532,8 @@ pub fn token_info(
         name: grant.name.clone(),
         roles: grant.roles.iter().map(|r| r.name().to_string()).collect(),
         queues: grant.queues.clone(),
-        created_at: crate::core::time::format_time(&created_at),
-        revoked_at: revoked_at.map(|t| crate::core::time::format_time(&t)),
+        created_at: crate::model::time::format_time(&created_at),
+        revoked_at: revoked_at.map(|t| crate::model::time::format_time(&t)),
     }
 }
 

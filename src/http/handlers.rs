@@ -7,7 +7,7 @@ use super::{ApiError, RequestContext, convert};
 use crate::core::events::EventQuery;
 use crate::core::push::{self, Shutdown};
 use crate::core::stream::Receive;
-use crate::core::time::format_time;
+use crate::model::time::format_time;
 use crate::core::{AckJob, FetchJobs, NackJob, QueueConfigChanges, Service};
 
 /// The HTTP binding of the service.

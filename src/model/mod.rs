@@ -7,4 +7,5 @@ pub mod error;
 pub mod events;
 pub mod job;
 pub mod stream;
+pub mod time;
 pub mod workflow;

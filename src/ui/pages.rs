@@ -296,7 +296,7 @@ pub async fn workflows(State(ui): State<Arc<UiState>>, headers: HeaderMap) -> Re
             if let Some(at) = w
                 .get("created_at")
                 .and_then(Value::as_str)
-                .and_then(crate::core::time::parse_time)
+                .and_then(crate::model::time::parse_time)
             {
                 w["created_at"] = views::time(&at).into();
             }

@@ -11,7 +11,7 @@ use crate::core::workflow::{CronEntry, Workflow};
 
 /// A time as the API writes it.
 pub fn time(t: &DateTime<Utc>) -> String {
-    crate::core::time::format_time(t)
+    crate::model::time::format_time(t)
 }
 
 fn opt_time(t: &Option<DateTime<Utc>>) -> Value {
