@@ -19,6 +19,7 @@ use std::time::{Duration, Instant};
 use chrono::Utc;
 use serde_json::json;
 
+pub use crate::model::queue::{QueueConfig, QueueStats, StreamCounts};
 use crate::store::Store;
 pub use access::{Grant, Role};
 pub use error::{CoreError, ErrorKind};
@@ -686,7 +687,7 @@ impl Service {
     }
 
     /// Job state counts and stream counts.
-    pub async fn queue_stats(&self, queue: &str) -> Result<serde_json::Value, CoreError> {
+    pub async fn queue_stats(&self, queue: &str) -> Result<QueueStats, CoreError> {
         validate::check_queue_name(queue)?;
         self.store.queue_stats(queue).await
     }
@@ -702,7 +703,7 @@ impl Service {
         &self,
         queue: &str,
         changes: QueueConfigChanges,
-    ) -> Result<serde_json::Value, CoreError> {
+    ) -> Result<QueueConfig, CoreError> {
         validate::check_queue_name(queue)?;
         let row = validate::queue_config_changes(&changes)?;
         self.store.queue_config(queue, &row).await

@@ -6,9 +6,9 @@ use serde_json::{Map, Number, Value, json};
 
 use super::proto::ojs::v1 as pb;
 use crate::core::job::{Failure, JobOptions, RetryPolicy};
-use crate::model::time::{format_duration_ms, format_time};
 use crate::core::workflow::{CronEntry, NewStep, NewWorkflow, StepState, Workflow};
 use crate::core::{CoreError, EnqueueJob, Job, JobState, WorkerDirective};
+use crate::model::time::{format_duration_ms, format_time};
 
 /// JSON → protobuf Value.
 pub fn to_value(value: &Value) -> prost_types::Value {

@@ -1,10 +1,15 @@
 //! Core types ↔ OpenAPI wire types.
 
 use crate::core::job::{Failure, Heartbeat, JobOptions, RetryPolicy};
-use crate::core::stream::{Appended, Batch, ConsumerInfo, NewMessage, StreamDeadLetter};
-use crate::model::time::{format_duration_ms, format_time};
+use crate::core::stream::{
+    Appended, Batch, ConsumerInfo, NewMessage, StreamDeadLetter, StreamInfo,
+};
 use crate::core::workflow::{CronEntry, NewCron, NewStep, NewWorkflow, Workflow};
-use crate::core::{CoreError, EnqueueJob, Job, JobState, QueueConfigChanges};
+use crate::core::{
+    CoreError, EnqueueJob, Job, JobState, QueueConfig, QueueConfigChanges, QueueStats,
+};
+use crate::model::json_object;
+use crate::model::time::{format_duration_ms, format_time};
 
 use serde_json::Value;
 
@@ -256,28 +261,19 @@ pub fn consumer(c: &ConsumerInfo) -> types::ConsumerInfo {
     }
 }
 
-/// A queue configuration (as `s3p.queue_config` returns it) on the wire.
-pub fn queue_config(config: serde_json::Value) -> Result<types::QueueConfig, CoreError> {
-    let int = |key: &str| config.get(key).and_then(serde_json::Value::as_i64);
-    let retention_ms = int("retention_ms").unwrap_or_default();
-    Ok(types::QueueConfig {
-        max_retries: int("max_retries").unwrap_or_default(),
-        retention: format!("{retention_ms}ms"),
-        retention_ms,
-        job_retention_ms: int("job_retention_ms"),
-        max_jobs: int("max_jobs"),
-        max_stream_events: int("max_stream_events"),
-        autovacuum: config
-            .get("autovacuum")
-            .and_then(|a| a.as_object().cloned()),
-        mirror_job_events: Some(
-            config
-                .get("mirror_job_events")
-                .and_then(serde_json::Value::as_bool)
-                .unwrap_or(false),
-        ),
-        takeover_ms: int("takeover_ms"),
-    })
+/// A queue configuration on the wire.
+pub fn queue_config(config: &QueueConfig) -> types::QueueConfig {
+    types::QueueConfig {
+        max_retries: i64::from(config.max_retries),
+        retention: format!("{}ms", config.retention_ms),
+        retention_ms: config.retention_ms,
+        job_retention_ms: config.job_retention_ms,
+        max_jobs: config.max_jobs,
+        max_stream_events: config.max_stream_events,
+        autovacuum: config.autovacuum.clone(),
+        mirror_job_events: Some(config.mirror_job_events),
+        takeover_ms: Some(config.takeover_ms),
+    }
 }
 
 /// Configuration changes in core terms; a quota may be an integer or null (cleared).
@@ -537,37 +533,40 @@ pub fn token_info(
     }
 }
 
-/// The HTTP binding's `stats` object, from the conformance shape's counts.
-pub fn stats_summary(stats: &serde_json::Map<String, Value>) -> types::QueueStatsSummary {
-    let count = |key: &str| stats.get(key).and_then(Value::as_i64).unwrap_or(0);
-    let number = |key: &str| stats.get(key).and_then(Value::as_f64).unwrap_or(0.0);
-    types::QueueStatsSummary {
-        available: count("available"),
-        active: count("active"),
-        scheduled: count("scheduled"),
-        retryable: count("retryable"),
-        dead: count("dead_letters"),
-        discarded: count("discarded"),
-        completed_last_hour: count("completed_last_hour"),
-        failed_last_hour: count("failed_last_hour"),
-        avg_duration_ms: number("avg_duration_ms"),
-        avg_wait_ms: number("avg_wait_ms"),
-        throughput_per_second: number("throughput_per_second"),
+/// A queue's stats on the wire: the conformance shape (`queue`) beside the HTTP binding's
+/// (`status`, `stats`).
+pub fn queue_stats(name: String, stats: &QueueStats) -> types::QueueStatsEnvelope {
+    let mut extra = json_object(stats);
+    extra.remove("name");
+    extra.remove("paused");
+    types::QueueStatsEnvelope {
+        status: if stats.paused { "paused" } else { "active" }.to_string(),
+        stats: types::QueueStatsSummary {
+            available: stats.available,
+            active: stats.active,
+            scheduled: stats.scheduled,
+            retryable: stats.retryable,
+            dead: stats.dead_letters,
+            discarded: stats.discarded,
+            completed_last_hour: stats.completed_last_hour,
+            failed_last_hour: stats.failed_last_hour,
+            avg_duration_ms: stats.avg_duration_ms,
+            avg_wait_ms: stats.avg_wait_ms,
+            throughput_per_second: stats.throughput_per_second,
+        },
+        computed_at: format_time(&chrono::Utc::now()),
+        queue: types::QueueStats {
+            name,
+            paused: stats.paused,
+            extra,
+        },
     }
 }
 
-/// Rewrites the `*_at` times PostgreSQL wrote into a JSON answer (`+00:00`, microseconds) in the
-/// one format every answer uses (RFC 3339 UTC with `Z`, as `format_time`).
-pub fn normalize_times(object: &mut serde_json::Map<String, Value>) {
-    for (key, value) in object.iter_mut() {
-        match value {
-            Value::Object(inner) => normalize_times(inner),
-            Value::String(text) if key.ends_with("_at") => {
-                if let Ok(time) = chrono::DateTime::parse_from_rfc3339(text) {
-                    *text = format_time(&time.with_timezone(&chrono::Utc));
-                }
-            }
-            _ => {}
-        }
+/// A stream's info on the wire.
+pub fn stream_info(queue: String, info: &StreamInfo) -> types::StreamInfo {
+    types::StreamInfo {
+        queue: Some(queue),
+        extra: json_object(info),
     }
 }

@@ -7,8 +7,8 @@ use super::{ApiError, RequestContext, convert};
 use crate::core::events::EventQuery;
 use crate::core::push::{self, Shutdown};
 use crate::core::stream::Receive;
-use crate::model::time::format_time;
 use crate::core::{AckJob, FetchJobs, NackJob, QueueConfigChanges, Service};
+use crate::model::time::format_time;
 
 /// The HTTP binding of the service.
 pub struct HttpAdapter {
@@ -513,13 +513,7 @@ impl api::HttpApi for HttpAdapter {
         q: String,
     ) -> Result<api::StreamInfoResponse, ApiError> {
         let info = self.service.stream_info(&q).await?;
-        let mut extra = info.as_object().cloned().unwrap_or_default();
-        convert::normalize_times(&mut extra);
-        extra.remove("queue");
-        Ok(api::StreamInfoResponse::Ok(types::StreamInfo {
-            queue: Some(q),
-            extra,
-        }))
+        Ok(api::StreamInfoResponse::Ok(convert::stream_info(q, &info)))
     }
 
     async fn get_queue_config(
@@ -532,8 +526,8 @@ impl api::HttpApi for HttpAdapter {
             .queue_config(&q, QueueConfigChanges::default())
             .await?;
         Ok(api::GetQueueConfigResponse::Ok(convert::queue_config(
-            config,
-        )?))
+            &config,
+        )))
     }
 
     async fn set_queue_config(
@@ -545,8 +539,8 @@ impl api::HttpApi for HttpAdapter {
         let changes = convert::queue_config_changes(body)?;
         let config = self.service.queue_config(&q, changes).await?;
         Ok(api::SetQueueConfigResponse::Ok(convert::queue_config(
-            config,
-        )?))
+            &config,
+        )))
     }
 
     async fn create_queue(
@@ -588,24 +582,7 @@ impl api::HttpApi for HttpAdapter {
         q: String,
     ) -> Result<api::QueueStatsResponse, ApiError> {
         let stats = self.service.queue_stats(&q).await?;
-        let computed_at = format_time(&chrono::Utc::now());
-        let mut extra = stats.as_object().cloned().unwrap_or_default();
-        convert::normalize_times(&mut extra);
-        let paused = extra
-            .remove("paused")
-            .and_then(|p| p.as_bool())
-            .unwrap_or(false);
-        extra.remove("name");
-        Ok(api::QueueStatsResponse::Ok(types::QueueStatsEnvelope {
-            status: if paused { "paused" } else { "active" }.to_string(),
-            stats: convert::stats_summary(&extra),
-            computed_at,
-            queue: types::QueueStats {
-                name: q,
-                paused,
-                extra,
-            },
-        }))
+        Ok(api::QueueStatsResponse::Ok(convert::queue_stats(q, &stats)))
     }
 
     async fn pause_queue(

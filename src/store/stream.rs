@@ -3,14 +3,15 @@
 use chrono::{DateTime, Utc};
 use serde_json::Value;
 use sqlx::postgres::PgRow;
+use sqlx::types::Json;
 use sqlx::{Column, Row};
 use uuid::Uuid;
 
 use super::{Store, map_db_error};
 use crate::model::error::CoreError;
 use crate::model::stream::{
-    Appended, Batch, ConsumerInfo, StreamConfig, StreamDeadLetter, StreamEvent, StreamNackOutcome,
-    Subscription,
+    Appended, Batch, ConsumerInfo, StreamConfig, StreamDeadLetter, StreamEvent, StreamInfo,
+    StreamNackOutcome, Subscription,
 };
 
 /// A batch from its rows: every row repeats the batch columns and carries one event (none for an
@@ -294,11 +295,12 @@ impl Store {
 
     /// `s3p.stream_info`.
     #[tracing::instrument(name = "db", skip_all, fields(op = "stream_info"))]
-    pub async fn stream_info(&self, queue: &str) -> Result<Value, CoreError> {
+    pub async fn stream_info(&self, queue: &str) -> Result<StreamInfo, CoreError> {
         sqlx::query_scalar("SELECT s3p.stream_info($1)")
             .bind(queue)
             .fetch_one(self.pool())
             .await
+            .map(|Json(info)| info)
             .map_err(map_db_error)
     }
 
