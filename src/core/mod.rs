@@ -25,7 +25,7 @@ pub use access::{Grant, Role};
 pub use error::{CoreError, ErrorKind};
 pub use job::{
     AckJob, DeadLetterPage, EnqueueJob, Enqueued, FetchJobs, Heartbeat, HeartbeatOutcome, Job,
-    JobState, MaintenanceReport, NackJob, QueueSummary, WorkerDirective,
+    JobState, JobTime, MaintenanceReport, NackJob, QueueSummary, WorkerDirective,
 };
 pub use validate::QueueConfigChanges;
 
@@ -265,11 +265,7 @@ impl Service {
             .iter()
             .enumerate()
             .map(|(i, job)| {
-                validate::new_job_row(job, now).map_err(|e| {
-                    let mut e = e;
-                    e.message = format!("jobs[{i}]: {}", e.message);
-                    e.with_detail("index", i.into())
-                })
+                validate::new_job_row(job, now).map_err(|e| validate::batch_item_error(i, e))
             })
             .collect::<Result<Vec<_>, _>>()?;
         let order: std::collections::HashMap<String, usize> = rows

@@ -5,10 +5,9 @@ use prost_types::value::Kind;
 use serde_json::{Map, Number, Value, json};
 
 use super::proto::ojs::v1 as pb;
-use crate::core::job::{Failure, JobOptions, RetryPolicy};
+use crate::core::job::{Failure, JobOptions, JobTime, RetryPolicy};
 use crate::core::workflow::{CronEntry, NewStep, NewWorkflow, StepState, Workflow};
 use crate::core::{CoreError, EnqueueJob, Job, JobState, WorkerDirective};
-use crate::model::time::{format_duration_ms, format_time};
 
 /// JSON → protobuf Value.
 pub fn to_value(value: &Value) -> prost_types::Value {
@@ -331,16 +330,14 @@ pub fn enqueue(request: pb::EnqueueRequest) -> Result<EnqueueJob, CoreError> {
                 .delay_until
                 .map(|t| {
                     DateTime::<Utc>::from_timestamp(t.seconds, t.nanos.max(0) as u32)
-                        .map(|when| format_time(&when))
+                        .map(JobTime::At)
                         .ok_or_else(|| {
                             CoreError::invalid("delay_until is not a representable time")
                                 .with_detail("field", "delay_until".into())
                         })
                 })
                 .transpose()?,
-            expires_at: o
-                .ttl
-                .map(|d| format!("+{}", format_duration_ms(duration_ms(&d)))),
+            expires_at: o.ttl.map(|d| JobTime::After(duration_ms(&d))),
             retry,
             unique: o.unique.as_ref().map(unique_json),
             tags: (!o.tags.is_empty()).then_some(o.tags),

@@ -1,9 +1,10 @@
 //! Core types ↔ OpenAPI wire types.
 
-use crate::core::job::{Failure, Heartbeat, JobOptions, RetryPolicy};
+use crate::core::job::{Failure, Heartbeat, JobOptions, JobTime, RetryPolicy};
 use crate::core::stream::{
     Appended, Batch, ConsumerInfo, NewMessage, StreamDeadLetter, StreamInfo,
 };
+use crate::core::validate;
 use crate::core::workflow::{CronEntry, NewCron, NewStep, NewWorkflow, Workflow};
 use crate::core::{
     CoreError, EnqueueJob, Job, JobState, QueueConfig, QueueConfigChanges, QueueStats,
@@ -86,14 +87,19 @@ pub fn job(job: &Job, with_lease: bool) -> types::Job {
     }
 }
 
+/// A job option's time, read from its text when given.
+fn job_time(field: &str, text: Option<String>) -> Result<Option<JobTime>, CoreError> {
+    text.map(|t| validate::job_time(field, &t)).transpose()
+}
+
 /// An enqueue request in core terms.
-pub fn enqueue(body: types::EnqueueRequest) -> EnqueueJob {
+pub fn enqueue(body: types::EnqueueRequest) -> Result<EnqueueJob, CoreError> {
     let mut extra = body.extra;
     if let Some(schema) = body.schema {
         extra.insert("schema".to_string(), schema.into());
     }
     let o = body.options.unwrap_or_default();
-    EnqueueJob {
+    Ok(EnqueueJob {
         id: body.id,
         job_type: body.r#type,
         args: body.args,
@@ -104,8 +110,8 @@ pub fn enqueue(body: types::EnqueueRequest) -> EnqueueJob {
             priority: o.priority,
             timeout_ms: o.timeout_ms,
             visibility_timeout_ms: o.visibility_timeout_ms,
-            scheduled_at: o.delay_until.or(o.scheduled_at),
-            expires_at: o.expires_at,
+            scheduled_at: job_time("scheduled_at", o.delay_until.or(o.scheduled_at))?,
+            expires_at: job_time("expires_at", o.expires_at)?,
             retry: o.retry.or(o.retry_policy),
             unique: o.unique,
             tags: o.tags,
@@ -114,7 +120,7 @@ pub fn enqueue(body: types::EnqueueRequest) -> EnqueueJob {
             rate_limit: o.rate_limit.map(serde_json::Value::Object),
         },
         trace_context: None,
-    }
+    })
 }
 
 /// A nack error in core terms.
@@ -318,7 +324,8 @@ pub fn stream_dead_letter(d: &StreamDeadLetter) -> types::StreamDeadLetter {
     }
 }
 
-fn workflow_job(job: types::WorkflowJob) -> EnqueueJob {
+/// A workflow's job in core terms; an error names the job as the core does (`steps[1]: ...`).
+fn workflow_job(job: types::WorkflowJob, what: &str) -> Result<EnqueueJob, CoreError> {
     enqueue(types::EnqueueRequest {
         r#type: job.r#type,
         args: job.args.unwrap_or_default(),
@@ -326,6 +333,7 @@ fn workflow_job(job: types::WorkflowJob) -> EnqueueJob {
         options: job.options,
         ..Default::default()
     })
+    .map_err(|e| validate::within(what, e))
 }
 
 /// A workflow request in core terms: `type` chain / group / batch, or steps with `depends_on`.
@@ -351,12 +359,15 @@ pub fn new_workflow(body: types::WorkflowRequest) -> Result<NewWorkflow, CoreErr
     .unwrap_or_default();
     let steps = jobs
         .into_iter()
-        .map(|j| NewStep {
-            key: j.id.clone(),
-            depends_on: j.depends_on.clone().unwrap_or_default(),
-            job: workflow_job(j),
+        .enumerate()
+        .map(|(i, j)| {
+            Ok(NewStep {
+                key: j.id.clone(),
+                depends_on: j.depends_on.clone().unwrap_or_default(),
+                job: workflow_job(j, &format!("steps[{i}]"))?,
+            })
         })
-        .collect();
+        .collect::<Result<_, CoreError>>()?;
     let mut callbacks = Vec::new();
     if let Some(c) = body.callbacks {
         for (name, job) in [
@@ -365,7 +376,8 @@ pub fn new_workflow(body: types::WorkflowRequest) -> Result<NewWorkflow, CoreErr
             ("on_failure", c.on_failure),
         ] {
             if let Some(job) = job {
-                callbacks.push((name.to_string(), workflow_job(job)));
+                let job = workflow_job(job, &format!("callbacks.{name}"))?;
+                callbacks.push((name.to_string(), job));
             }
         }
     }
@@ -428,7 +440,8 @@ pub fn new_cron(body: types::CronRequest) -> Result<NewCron, CoreError> {
                     .with_detail("field", "job_template".into()),
             );
         }
-    };
+    }
+    .map_err(|e| validate::within("job_template", e))?;
     Ok(NewCron {
         name: body.name,
         expression,

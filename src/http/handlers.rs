@@ -7,7 +7,7 @@ use super::{ApiError, RequestContext, convert};
 use crate::core::events::EventQuery;
 use crate::core::push::{self, Shutdown};
 use crate::core::stream::Receive;
-use crate::core::{AckJob, FetchJobs, NackJob, QueueConfigChanges, Service};
+use crate::core::{AckJob, CoreError, FetchJobs, NackJob, QueueConfigChanges, Service, validate};
 use crate::model::time::format_time;
 
 /// The HTTP binding of the service.
@@ -88,7 +88,7 @@ impl api::HttpApi for HttpAdapter {
         ctx: RequestContext,
         body: types::EnqueueRequest,
     ) -> Result<api::EnqueueJobResponse, ApiError> {
-        let mut job = convert::enqueue(body);
+        let mut job = convert::enqueue(body)?;
         job.trace_context = ctx.trace.clone();
         let enqueued = self.service.enqueue(job).await?;
         let body = types::JobEnvelope {
@@ -112,12 +112,13 @@ impl api::HttpApi for HttpAdapter {
         let jobs = body
             .jobs
             .into_iter()
-            .map(|j| {
-                let mut job = convert::enqueue(j);
+            .enumerate()
+            .map(|(i, j)| {
+                let mut job = convert::enqueue(j).map_err(|e| validate::batch_item_error(i, e))?;
                 job.trace_context = ctx.trace.clone();
-                job
+                Ok(job)
             })
-            .collect();
+            .collect::<Result<_, CoreError>>()?;
         let jobs = self.service.enqueue_batch(jobs).await?;
         Ok(api::EnqueueJobsResponse::Created(
             types::EnqueueBatchResponse {
