@@ -109,14 +109,9 @@ fn consumer(c: &ConsumerInfo) -> pb::Consumer {
         ticks_behind: c.ticks_behind,
         active_batches: c
             .active_batches
-            .as_array()
-            .map(|a| {
-                a.iter()
-                    .filter_map(Value::as_object)
-                    .map(to_struct)
-                    .collect()
-            })
-            .unwrap_or_default(),
+            .iter()
+            .map(|b| to_struct(&json_object(b)))
+            .collect(),
     }
 }
 

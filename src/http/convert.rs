@@ -259,11 +259,7 @@ pub fn consumer(c: &ConsumerInfo) -> types::ConsumerInfo {
         cooperative: c.cooperative,
         created_at: format_time(&c.created_at),
         ticks_behind: c.ticks_behind,
-        active_batches: c
-            .active_batches
-            .as_array()
-            .map(|a| a.iter().filter_map(|b| b.as_object().cloned()).collect())
-            .unwrap_or_default(),
+        active_batches: c.active_batches.iter().map(json_object).collect(),
     }
 }
 

@@ -86,8 +86,25 @@ pub struct ConsumerInfo {
     pub created_at: DateTime<Utc>,
     /// Ticks after its cursor.
     pub ticks_behind: i64,
-    /// Its active batches.
-    pub active_batches: Value,
+    /// Its active batches, oldest first.
+    pub active_batches: Vec<ActiveBatch>,
+}
+
+/// A batch delivered to a consumer and not yet acked. Its JSON form (`Serialize`) is the one both
+/// protocols answer.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct ActiveBatch {
+    /// Batch id.
+    pub batch_id: Uuid,
+    /// The cooperative member holding it, if any.
+    pub member: Option<String>,
+    /// Cursor tick it starts after.
+    pub start_tick: i64,
+    /// Tick it ends at.
+    pub end_tick: i64,
+    /// When it was allocated.
+    #[serde(serialize_with = "serialize_time")]
+    pub created_at: DateTime<Utc>,
 }
 
 /// The result of a subscribe.

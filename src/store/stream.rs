@@ -10,8 +10,8 @@ use uuid::Uuid;
 use super::{Store, map_db_error};
 use crate::model::error::CoreError;
 use crate::model::stream::{
-    Appended, Batch, ConsumerInfo, StreamConfig, StreamDeadLetter, StreamEvent, StreamInfo,
-    StreamNackOutcome, Subscription,
+    ActiveBatch, Appended, Batch, ConsumerInfo, StreamConfig, StreamDeadLetter, StreamEvent,
+    StreamInfo, StreamNackOutcome, Subscription,
 };
 
 /// A batch from its rows: every row repeats the batch columns and carries one event (none for an
@@ -76,7 +76,7 @@ struct ConsumerRow {
     cooperative: bool,
     created_at: DateTime<Utc>,
     ticks_behind: i64,
-    active_batches: Value,
+    active_batches: Json<Vec<ActiveBatch>>,
 }
 
 #[derive(sqlx::FromRow)]
@@ -180,7 +180,7 @@ impl Store {
                 cooperative: r.cooperative,
                 created_at: r.created_at,
                 ticks_behind: r.ticks_behind,
-                active_batches: r.active_batches,
+                active_batches: r.active_batches.0,
             })
             .collect())
     }

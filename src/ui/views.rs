@@ -152,7 +152,7 @@ pub fn consumer(c: &ConsumerInfo) -> Value {
         "last_tick": c.last_tick,
         "ticks_behind": c.ticks_behind,
         "cooperative": c.cooperative,
-        "active_batches": c.active_batches.as_array().map_or(0, Vec::len),
+        "active_batches": c.active_batches.len(),
         "created_at": time(&c.created_at),
     })
 }
