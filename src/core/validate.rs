@@ -842,7 +842,7 @@ mod tests {
     }
 
     #[test]
-    fn job_times_read_as_the_core_wrote_them_and_count_from_now() {
+    fn job_times_read_their_text_and_count_spans_from_now() {
         let now = parse_time_or_panic("2026-01-01T00:00:00Z");
         let after = job_time("expires_at", "+PT1H").expect("a span");
         assert_eq!(after, JobTime::After(3_600_000));
