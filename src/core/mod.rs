@@ -19,7 +19,7 @@ use std::time::{Duration, Instant};
 use chrono::Utc;
 use serde_json::json;
 
-pub use crate::model::queue::{QueueConfig, QueueStats, StreamCounts};
+pub use crate::model::queue::{QueueConfig, QueueStats};
 use crate::store::Store;
 pub use access::{Grant, Role};
 pub use error::{CoreError, ErrorKind};

@@ -87,3 +87,26 @@ pub struct StreamCounts {
     /// Events waiting for a retry.
     pub pending_retries: i64,
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn stats_read_the_sql_json_and_write_times_as_every_answer_does() {
+        // As PostgreSQL writes it: numeric with its scale, timestamptz with offset and micros.
+        let sql = r#"{"name": "q", "paused": false, "created_at": "2026-01-02T03:04:05.678901+00:00",
+            "available": 1, "scheduled": 0, "pending": 0, "active": 2, "retryable": 0,
+            "completed": 3, "cancelled": 0, "discarded": 0, "dead_letters": 0,
+            "completed_last_hour": 3, "failed_last_hour": 0, "avg_duration_ms": 0.000,
+            "avg_wait_ms": 12.500, "throughput_per_second": 0.000833,
+            "stream": {"events": 4, "consumers": 1, "dead_letters": 0, "pending_retries": 0}}"#;
+        let stats: QueueStats = serde_json::from_str(sql).expect("the SQL shape");
+        let json = serde_json::Value::Object(crate::model::json_object(&stats));
+        assert_eq!(json["created_at"], "2026-01-02T03:04:05.678Z");
+        assert_eq!(json["avg_duration_ms"].to_string(), "0.0");
+        assert_eq!(json["avg_wait_ms"].to_string(), "12.5");
+        assert_eq!(json["available"].to_string(), "1");
+        assert_eq!(json["stream"]["events"].to_string(), "4");
+    }
+}
