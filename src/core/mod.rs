@@ -10,7 +10,6 @@ pub use crate::model::job;
 pub mod page;
 pub mod push;
 pub mod stream;
-pub mod time;
 pub mod timings;
 pub mod validate;
 pub mod workflow;
@@ -20,12 +19,13 @@ use std::time::{Duration, Instant};
 use chrono::Utc;
 use serde_json::json;
 
+pub use crate::model::queue::{QueueConfig, QueueStats};
 use crate::store::Store;
 pub use access::{Grant, Role};
 pub use error::{CoreError, ErrorKind};
 pub use job::{
     AckJob, DeadLetterPage, EnqueueJob, Enqueued, FetchJobs, Heartbeat, HeartbeatOutcome, Job,
-    JobState, MaintenanceReport, NackJob, QueueSummary, WorkerDirective,
+    JobState, JobTime, MaintenanceReport, NackJob, QueueSummary, WorkerDirective,
 };
 pub use validate::QueueConfigChanges;
 
@@ -265,11 +265,7 @@ impl Service {
             .iter()
             .enumerate()
             .map(|(i, job)| {
-                validate::new_job_row(job, now).map_err(|e| {
-                    let mut e = e;
-                    e.message = format!("jobs[{i}]: {}", e.message);
-                    e.with_detail("index", i.into())
-                })
+                validate::new_job_row(job, now).map_err(|e| validate::batch_item_error(i, e))
             })
             .collect::<Result<Vec<_>, _>>()?;
         let order: std::collections::HashMap<String, usize> = rows
@@ -687,7 +683,7 @@ impl Service {
     }
 
     /// Job state counts and stream counts.
-    pub async fn queue_stats(&self, queue: &str) -> Result<serde_json::Value, CoreError> {
+    pub async fn queue_stats(&self, queue: &str) -> Result<QueueStats, CoreError> {
         validate::check_queue_name(queue)?;
         self.store.queue_stats(queue).await
     }
@@ -703,7 +699,7 @@ impl Service {
         &self,
         queue: &str,
         changes: QueueConfigChanges,
-    ) -> Result<serde_json::Value, CoreError> {
+    ) -> Result<QueueConfig, CoreError> {
         validate::check_queue_name(queue)?;
         let row = validate::queue_config_changes(&changes)?;
         self.store.queue_config(queue, &row).await

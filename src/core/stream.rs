@@ -5,10 +5,10 @@ use serde_json::{Map, Value, json};
 use tokio::time::Instant;
 use uuid::Uuid;
 
-use super::time::parse_flexible_duration_ms;
 use super::validate::{check_job_type, check_queue_name};
 use super::{CoreError, Service};
 pub use crate::model::stream::*;
+use crate::model::time::parse_flexible_duration_ms;
 
 /// Most messages one batch append may carry.
 pub const MAX_APPEND_BATCH: usize = 1000;
@@ -276,7 +276,7 @@ impl Service {
     }
 
     /// Counts, watermarks, segment and rotation facts.
-    pub async fn stream_info(&self, queue: &str) -> Result<Value, CoreError> {
+    pub async fn stream_info(&self, queue: &str) -> Result<StreamInfo, CoreError> {
         check_queue_name(queue)?;
         self.store.stream_info(queue).await
     }

@@ -5,8 +5,8 @@ use serde_json::{Map, Value, json};
 use uuid::Uuid;
 
 use super::error::CoreError;
-use super::job::{EnqueueJob, RetryPolicy};
-use super::time::{parse_duration_ms, parse_time};
+use super::job::{EnqueueJob, JobTime, RetryPolicy};
+use crate::model::time::parse_duration_ms;
 
 /// Longest job type.
 pub const MAX_TYPE_LEN: usize = 255;
@@ -138,27 +138,45 @@ pub fn bounded_duration(field: &str, ms: i64) -> Result<i64, CoreError> {
     Ok(ms)
 }
 
-/// An absolute time or a `+PT..` duration from `now`.
-fn parse_instant(field: &str, text: &str, now: DateTime<Utc>) -> Result<DateTime<Utc>, CoreError> {
-    if let Some(relative) = text.strip_prefix('+') {
-        let ms = parse_duration_ms(relative).ok_or_else(|| {
-            CoreError::invalid(format!("{field} {text:?} is not a +ISO-8601 duration"))
-                .with_detail("field", field.into())
-        })?;
-        let ms = bounded_duration(field, ms)?;
-        return now
-            .checked_add_signed(Duration::milliseconds(ms))
-            .ok_or_else(|| {
-                CoreError::invalid(format!("{field} {text:?} is out of range"))
-                    .with_detail("field", field.into())
-            });
-    }
-    parse_time(text).ok_or_else(|| {
-        CoreError::invalid(format!(
-            "{field} {text:?} is not an RFC 3339 time with a zone (or a +PT.. duration)"
-        ))
-        .with_detail("field", field.into())
+/// A job option's time as a client writes it: RFC 3339 with a zone, or `+` and an ISO-8601
+/// duration. The error names `field`.
+pub fn job_time(field: &str, text: &str) -> Result<JobTime, CoreError> {
+    JobTime::parse(text).ok_or_else(|| {
+        let message = if text.starts_with('+') {
+            format!("{field} {text:?} is not a +ISO-8601 duration")
+        } else {
+            format!("{field} {text:?} is not an RFC 3339 time with a zone (or a +PT.. duration)")
+        };
+        CoreError::invalid(message).with_detail("field", field.into())
     })
+}
+
+/// The instant a job option's time stands for; a span counts from `now`, at most 10 years.
+fn instant(field: &str, when: JobTime, now: DateTime<Utc>) -> Result<DateTime<Utc>, CoreError> {
+    let invalid = |why: &str| {
+        CoreError::invalid(format!("{field} {:?} {why}", when.to_string()))
+            .with_detail("field", field.into())
+    };
+    match when {
+        JobTime::At(t) => Ok(t),
+        // Only a typed span (gRPC) can be negative: no +ISO-8601 text says that.
+        JobTime::After(ms) if ms < 0 => Err(invalid("is not a +ISO-8601 duration")),
+        JobTime::After(ms) => now
+            .checked_add_signed(Duration::milliseconds(bounded_duration(field, ms)?))
+            .ok_or_else(|| invalid("is out of range")),
+    }
+}
+
+/// An error about a part of a request, so named (`job_template: ...`).
+pub fn within(what: &str, mut error: CoreError) -> CoreError {
+    error.message = format!("{what}: {}", error.message);
+    error
+}
+
+/// An error of the `index`th job of a batch, so named.
+pub fn batch_item_error(index: usize, mut error: CoreError) -> CoreError {
+    error.message = format!("jobs[{index}]: {}", error.message);
+    error.with_detail("index", index.into())
 }
 
 /// Longest lease a client may ask for (`visibility_timeout_ms`, `timeout_ms`): 7 days. Beyond
@@ -569,13 +587,11 @@ pub fn new_job_row(job: &EnqueueJob, now: DateTime<Utc>) -> Result<Value, CoreEr
     )?;
     let scheduled_at = options
         .scheduled_at
-        .as_deref()
-        .map(|t| parse_instant("scheduled_at", t, now))
+        .map(|t| instant("scheduled_at", t, now))
         .transpose()?;
     let expires_at = options
         .expires_at
-        .as_deref()
-        .map(|t| parse_instant("expires_at", t, now))
+        .map(|t| instant("expires_at", t, now))
         .transpose()?;
     let retry = retry_policy(options.retry.as_ref())?;
     let mut meta = job.meta.clone();
@@ -660,7 +676,7 @@ pub struct QueueConfigChanges {
 }
 
 fn duration_field(field: &str, text: &str, min_ms: i64) -> Result<i64, CoreError> {
-    let ms = super::time::parse_flexible_duration_ms(text).ok_or_else(|| {
+    let ms = crate::model::time::parse_flexible_duration_ms(text).ok_or_else(|| {
         CoreError::invalid(format!(
             "{field} {text:?} is not a duration (500ms, 2s, 720h or PT2S)"
         ))
@@ -823,5 +839,34 @@ mod tests {
         let e = retry_policy(Some(&json!({"backoff_coefficient": 0.5}))).expect_err("coefficient");
         assert!(e.message.contains("backoff_coefficient"));
         assert!(retry_policy(Some(&json!({"on_exhaustion": "explode"}))).is_err());
+    }
+
+    #[test]
+    fn job_times_read_their_text_and_count_spans_from_now() {
+        let now = parse_time_or_panic("2026-01-01T00:00:00Z");
+        let after = job_time("expires_at", "+PT1H").expect("a span");
+        assert_eq!(after, JobTime::After(3_600_000));
+        assert_eq!(
+            instant("expires_at", after, now).ok(),
+            Some(now + Duration::hours(1))
+        );
+        let at = job_time("scheduled_at", "2026-01-01T02:00:00.250+02:00").expect("a time");
+        assert_eq!(at.to_string(), "2026-01-01T00:00:00.250Z");
+        // Cron templates keep the text; it reads back as the same time.
+        let stored = serde_json::to_value(at).expect("text");
+        assert_eq!(serde_json::from_value::<JobTime>(stored).ok(), Some(at));
+        let e = job_time("expires_at", "+1h").expect_err("not ISO-8601");
+        assert_eq!(e.message, "expires_at \"+1h\" is not a +ISO-8601 duration");
+        assert!(job_time("scheduled_at", "2026-01-01T00:00:00").is_err());
+        let e = instant("expires_at", JobTime::After(-5000), now).expect_err("negative");
+        assert_eq!(
+            e.message,
+            "expires_at \"+PT-5S\" is not a +ISO-8601 duration"
+        );
+        assert!(instant("expires_at", JobTime::After(MAX_DURATION_MS + 1), now).is_err());
+    }
+
+    fn parse_time_or_panic(text: &str) -> DateTime<Utc> {
+        crate::model::time::parse_time(text).expect("a valid time")
     }
 }

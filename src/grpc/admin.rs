@@ -3,14 +3,13 @@
 
 use std::sync::Arc;
 
-use serde_json::Value;
 use tonic::{Request, Response, Status};
 
 use super::convert::{from_struct, to_struct};
 use super::proto::pgvs3::v1 as pb;
 use super::proto::pgvs3::v1::admin_service_server::AdminService;
 use super::{admit_queues, answer, request_id};
-use crate::core::{CoreError, QueueConfigChanges, Service};
+use crate::core::{CoreError, QueueConfig, QueueConfigChanges, Service};
 
 /// The gRPC binding of queue administration.
 #[derive(Clone)]
@@ -25,26 +24,18 @@ impl AdminAdapter {
     }
 }
 
-/// The configuration JSON of `Service::queue_config` as a message.
-fn config(config: &Value) -> pb::QueueConfig {
-    let int = |key: &str| config.get(key).and_then(Value::as_i64);
-    let retention_ms = int("retention_ms").unwrap_or_default();
+/// A queue's configuration as a message.
+fn config(config: &QueueConfig) -> pb::QueueConfig {
     pb::QueueConfig {
-        max_retries: int("max_retries").unwrap_or_default() as i32,
-        retention: format!("{retention_ms}ms"),
-        retention_ms,
-        job_retention_ms: int("job_retention_ms"),
-        max_jobs: int("max_jobs"),
-        max_stream_events: int("max_stream_events"),
-        autovacuum: config
-            .get("autovacuum")
-            .and_then(Value::as_object)
-            .map(to_struct),
-        mirror_job_events: config
-            .get("mirror_job_events")
-            .and_then(Value::as_bool)
-            .unwrap_or(false),
-        takeover_ms: int("takeover_ms").unwrap_or_default(),
+        max_retries: config.max_retries,
+        retention: format!("{}ms", config.retention_ms),
+        retention_ms: config.retention_ms,
+        job_retention_ms: config.job_retention_ms,
+        max_jobs: config.max_jobs,
+        max_stream_events: config.max_stream_events,
+        autovacuum: config.autovacuum.as_ref().map(to_struct),
+        mirror_job_events: config.mirror_job_events,
+        takeover_ms: config.takeover_ms,
     }
 }
 
@@ -250,11 +241,19 @@ mod tests {
     }
 
     #[test]
-    fn config_json_becomes_the_message() {
-        let c = config(&serde_json::json!({
-            "max_retries": 3, "retention_ms": 2000, "max_jobs": 10,
-            "autovacuum": {"fillfactor": 90}
-        }));
+    fn config_becomes_the_message() {
+        let mut autovacuum = serde_json::Map::new();
+        autovacuum.insert("fillfactor".into(), 90.into());
+        let c = config(&QueueConfig {
+            max_retries: 3,
+            retention_ms: 2000,
+            takeover_ms: 300_000,
+            job_retention_ms: None,
+            max_jobs: Some(10),
+            max_stream_events: None,
+            autovacuum: Some(autovacuum),
+            mirror_job_events: false,
+        });
         assert_eq!((c.max_retries, c.retention.as_str()), (3, "2000ms"));
         assert_eq!((c.max_jobs, c.max_stream_events), (Some(10), None));
         assert!(

@@ -5,8 +5,7 @@ use prost_types::value::Kind;
 use serde_json::{Map, Number, Value, json};
 
 use super::proto::ojs::v1 as pb;
-use crate::core::job::{Failure, JobOptions, RetryPolicy};
-use crate::core::time::{format_duration_ms, format_time};
+use crate::core::job::{Failure, JobOptions, JobTime, RetryPolicy};
 use crate::core::workflow::{CronEntry, NewStep, NewWorkflow, StepState, Workflow};
 use crate::core::{CoreError, EnqueueJob, Job, JobState, WorkerDirective};
 
@@ -135,7 +134,7 @@ fn job_error(error: &Value) -> pb::JobError {
         occurred_at: error
             .get("occurred_at")
             .and_then(Value::as_str)
-            .and_then(crate::core::time::parse_time)
+            .and_then(crate::model::time::parse_time)
             .map(|t| timestamp(&t)),
         backtrace: match error.get("backtrace") {
             Some(Value::String(s)) => s.clone(),
@@ -331,16 +330,14 @@ pub fn enqueue(request: pb::EnqueueRequest) -> Result<EnqueueJob, CoreError> {
                 .delay_until
                 .map(|t| {
                     DateTime::<Utc>::from_timestamp(t.seconds, t.nanos.max(0) as u32)
-                        .map(|when| format_time(&when))
+                        .map(JobTime::At)
                         .ok_or_else(|| {
                             CoreError::invalid("delay_until is not a representable time")
                                 .with_detail("field", "delay_until".into())
                         })
                 })
                 .transpose()?,
-            expires_at: o
-                .ttl
-                .map(|d| format!("+{}", format_duration_ms(duration_ms(&d)))),
+            expires_at: o.ttl.map(|d| JobTime::After(duration_ms(&d))),
             retry,
             unique: o.unique.as_ref().map(unique_json),
             tags: (!o.tags.is_empty()).then_some(o.tags),

@@ -413,33 +413,21 @@ impl OjsService for GrpcAdapter {
         let result = self.service.queue_stats(&queue).await;
         answer(
             &id,
-            result.map(|stats| {
-                let count = |key: &str| stats.get(key).and_then(serde_json::Value::as_i64);
-                let rate = |key: &str| {
-                    stats
-                        .get(key)
-                        .and_then(serde_json::Value::as_f64)
-                        .unwrap_or_default()
-                };
-                pb::QueueStatsResponse {
-                    queue,
-                    stats: Some(pb::QueueStatistics {
-                        available: count("available").unwrap_or_default(),
-                        active: count("active").unwrap_or_default(),
-                        scheduled: count("scheduled").unwrap_or_default(),
-                        retryable: count("retryable").unwrap_or_default(),
-                        dead: count("dead_letters").unwrap_or_default(),
-                        completed_last_hour: count("completed_last_hour").unwrap_or_default(),
-                        failed_last_hour: count("failed_last_hour").unwrap_or_default(),
-                        paused: stats
-                            .get("paused")
-                            .and_then(serde_json::Value::as_bool)
-                            .unwrap_or(false),
-                        avg_duration_ms: rate("avg_duration_ms"),
-                        avg_wait_ms: rate("avg_wait_ms"),
-                        throughput_per_second: rate("throughput_per_second"),
-                    }),
-                }
+            result.map(|stats| pb::QueueStatsResponse {
+                queue,
+                stats: Some(pb::QueueStatistics {
+                    available: stats.available,
+                    active: stats.active,
+                    scheduled: stats.scheduled,
+                    retryable: stats.retryable,
+                    dead: stats.dead_letters,
+                    completed_last_hour: stats.completed_last_hour,
+                    failed_last_hour: stats.failed_last_hour,
+                    paused: stats.paused,
+                    avg_duration_ms: stats.avg_duration_ms,
+                    avg_wait_ms: stats.avg_wait_ms,
+                    throughput_per_second: stats.throughput_per_second,
+                }),
             }),
         )
     }

@@ -19,6 +19,7 @@ use crate::core::Service;
 use crate::core::stream::{
     Appended, Batch, ConsumerInfo, NewMessage, Receive, StreamConfig, StreamDeadLetter, StreamEvent,
 };
+use crate::model::json_object;
 
 /// The gRPC binding of the stream half of the service.
 #[derive(Clone)]
@@ -108,14 +109,9 @@ fn consumer(c: &ConsumerInfo) -> pb::Consumer {
         ticks_behind: c.ticks_behind,
         active_batches: c
             .active_batches
-            .as_array()
-            .map(|a| {
-                a.iter()
-                    .filter_map(Value::as_object)
-                    .map(to_struct)
-                    .collect()
-            })
-            .unwrap_or_default(),
+            .iter()
+            .map(|b| to_struct(&json_object(b)))
+            .collect(),
     }
 }
 
@@ -352,13 +348,9 @@ impl StreamService for StreamAdapter {
         let result = self.service.stream_info(&queue).await;
         answer(
             &id,
-            result.map(|info| {
-                let mut fields = info.as_object().cloned().unwrap_or_default();
-                fields.remove("queue");
-                pb::InfoResponse {
-                    queue,
-                    info: Some(to_struct(&fields)),
-                }
+            result.map(|info| pb::InfoResponse {
+                queue,
+                info: Some(to_struct(&json_object(&info))),
             }),
         )
     }

@@ -1,10 +1,16 @@
 //! Core types ↔ OpenAPI wire types.
 
-use crate::core::job::{Failure, Heartbeat, JobOptions, RetryPolicy};
-use crate::core::stream::{Appended, Batch, ConsumerInfo, NewMessage, StreamDeadLetter};
-use crate::core::time::{format_duration_ms, format_time};
+use crate::core::job::{Failure, Heartbeat, JobOptions, JobTime, RetryPolicy};
+use crate::core::stream::{
+    Appended, Batch, ConsumerInfo, NewMessage, StreamDeadLetter, StreamInfo,
+};
+use crate::core::validate;
 use crate::core::workflow::{CronEntry, NewCron, NewStep, NewWorkflow, Workflow};
-use crate::core::{CoreError, EnqueueJob, Job, JobState, QueueConfigChanges};
+use crate::core::{
+    CoreError, EnqueueJob, Job, JobState, QueueConfig, QueueConfigChanges, QueueStats,
+};
+use crate::model::json_object;
+use crate::model::time::{format_duration_ms, format_time};
 
 use serde_json::Value;
 
@@ -81,14 +87,19 @@ pub fn job(job: &Job, with_lease: bool) -> types::Job {
     }
 }
 
+/// A job option's time, read from its text when given.
+fn job_time(field: &str, text: Option<String>) -> Result<Option<JobTime>, CoreError> {
+    text.map(|t| validate::job_time(field, &t)).transpose()
+}
+
 /// An enqueue request in core terms.
-pub fn enqueue(body: types::EnqueueRequest) -> EnqueueJob {
+pub fn enqueue(body: types::EnqueueRequest) -> Result<EnqueueJob, CoreError> {
     let mut extra = body.extra;
     if let Some(schema) = body.schema {
         extra.insert("schema".to_string(), schema.into());
     }
     let o = body.options.unwrap_or_default();
-    EnqueueJob {
+    Ok(EnqueueJob {
         id: body.id,
         job_type: body.r#type,
         args: body.args,
@@ -99,8 +110,8 @@ pub fn enqueue(body: types::EnqueueRequest) -> EnqueueJob {
             priority: o.priority,
             timeout_ms: o.timeout_ms,
             visibility_timeout_ms: o.visibility_timeout_ms,
-            scheduled_at: o.delay_until.or(o.scheduled_at),
-            expires_at: o.expires_at,
+            scheduled_at: job_time("scheduled_at", o.delay_until.or(o.scheduled_at))?,
+            expires_at: job_time("expires_at", o.expires_at)?,
             retry: o.retry.or(o.retry_policy),
             unique: o.unique,
             tags: o.tags,
@@ -109,7 +120,7 @@ pub fn enqueue(body: types::EnqueueRequest) -> EnqueueJob {
             rate_limit: o.rate_limit.map(serde_json::Value::Object),
         },
         trace_context: None,
-    }
+    })
 }
 
 /// A nack error in core terms.
@@ -248,36 +259,23 @@ pub fn consumer(c: &ConsumerInfo) -> types::ConsumerInfo {
         cooperative: c.cooperative,
         created_at: format_time(&c.created_at),
         ticks_behind: c.ticks_behind,
-        active_batches: c
-            .active_batches
-            .as_array()
-            .map(|a| a.iter().filter_map(|b| b.as_object().cloned()).collect())
-            .unwrap_or_default(),
+        active_batches: c.active_batches.iter().map(json_object).collect(),
     }
 }
 
-/// A queue configuration (as `s3p.queue_config` returns it) on the wire.
-pub fn queue_config(config: serde_json::Value) -> Result<types::QueueConfig, CoreError> {
-    let int = |key: &str| config.get(key).and_then(serde_json::Value::as_i64);
-    let retention_ms = int("retention_ms").unwrap_or_default();
-    Ok(types::QueueConfig {
-        max_retries: int("max_retries").unwrap_or_default(),
-        retention: format!("{retention_ms}ms"),
-        retention_ms,
-        job_retention_ms: int("job_retention_ms"),
-        max_jobs: int("max_jobs"),
-        max_stream_events: int("max_stream_events"),
-        autovacuum: config
-            .get("autovacuum")
-            .and_then(|a| a.as_object().cloned()),
-        mirror_job_events: Some(
-            config
-                .get("mirror_job_events")
-                .and_then(serde_json::Value::as_bool)
-                .unwrap_or(false),
-        ),
-        takeover_ms: int("takeover_ms"),
-    })
+/// A queue configuration on the wire.
+pub fn queue_config(config: &QueueConfig) -> types::QueueConfig {
+    types::QueueConfig {
+        max_retries: i64::from(config.max_retries),
+        retention: format!("{}ms", config.retention_ms),
+        retention_ms: config.retention_ms,
+        job_retention_ms: config.job_retention_ms,
+        max_jobs: config.max_jobs,
+        max_stream_events: config.max_stream_events,
+        autovacuum: config.autovacuum.clone(),
+        mirror_job_events: Some(config.mirror_job_events),
+        takeover_ms: Some(config.takeover_ms),
+    }
 }
 
 /// Configuration changes in core terms; a quota may be an integer or null (cleared).
@@ -322,7 +320,8 @@ pub fn stream_dead_letter(d: &StreamDeadLetter) -> types::StreamDeadLetter {
     }
 }
 
-fn workflow_job(job: types::WorkflowJob) -> EnqueueJob {
+/// A workflow's job in core terms; an error names the job as the core does (`steps[1]: ...`).
+fn workflow_job(job: types::WorkflowJob, what: &str) -> Result<EnqueueJob, CoreError> {
     enqueue(types::EnqueueRequest {
         r#type: job.r#type,
         args: job.args.unwrap_or_default(),
@@ -330,6 +329,7 @@ fn workflow_job(job: types::WorkflowJob) -> EnqueueJob {
         options: job.options,
         ..Default::default()
     })
+    .map_err(|e| validate::within(what, e))
 }
 
 /// A workflow request in core terms: `type` chain / group / batch, or steps with `depends_on`.
@@ -343,12 +343,15 @@ pub fn new_workflow(body: types::WorkflowRequest) -> Result<NewWorkflow, CoreErr
     .unwrap_or_default();
     let steps = jobs
         .into_iter()
-        .map(|j| NewStep {
-            key: j.id.clone(),
-            depends_on: j.depends_on.clone().unwrap_or_default(),
-            job: workflow_job(j),
+        .enumerate()
+        .map(|(i, j)| {
+            Ok(NewStep {
+                key: j.id.clone(),
+                depends_on: j.depends_on.clone().unwrap_or_default(),
+                job: workflow_job(j, &format!("steps[{i}]"))?,
+            })
         })
-        .collect();
+        .collect::<Result<_, CoreError>>()?;
     let mut callbacks = Vec::new();
     if let Some(c) = body.callbacks {
         for (name, job) in [
@@ -357,7 +360,8 @@ pub fn new_workflow(body: types::WorkflowRequest) -> Result<NewWorkflow, CoreErr
             ("on_failure", c.on_failure),
         ] {
             if let Some(job) = job {
-                callbacks.push((name.to_string(), workflow_job(job)));
+                let job = workflow_job(job, &format!("callbacks.{name}"))?;
+                callbacks.push((name.to_string(), job));
             }
         }
     }
@@ -420,7 +424,8 @@ pub fn new_cron(body: types::CronRequest) -> Result<NewCron, CoreError> {
                     .with_detail("field", "job_template".into()),
             );
         }
-    };
+    }
+    .map_err(|e| validate::within("job_template", e))?;
     Ok(NewCron {
         name: body.name,
         expression,
@@ -520,42 +525,45 @@ pub fn token_info(
         name: grant.name.clone(),
         roles: grant.roles.iter().map(|r| r.name().to_string()).collect(),
         queues: grant.queues.clone(),
-        created_at: crate::core::time::format_time(&created_at),
-        revoked_at: revoked_at.map(|t| crate::core::time::format_time(&t)),
+        created_at: crate::model::time::format_time(&created_at),
+        revoked_at: revoked_at.map(|t| crate::model::time::format_time(&t)),
     }
 }
 
-/// The HTTP binding's `stats` object, from the conformance shape's counts.
-pub fn stats_summary(stats: &serde_json::Map<String, Value>) -> types::QueueStatsSummary {
-    let count = |key: &str| stats.get(key).and_then(Value::as_i64).unwrap_or(0);
-    let number = |key: &str| stats.get(key).and_then(Value::as_f64).unwrap_or(0.0);
-    types::QueueStatsSummary {
-        available: count("available"),
-        active: count("active"),
-        scheduled: count("scheduled"),
-        retryable: count("retryable"),
-        dead: count("dead_letters"),
-        discarded: count("discarded"),
-        completed_last_hour: count("completed_last_hour"),
-        failed_last_hour: count("failed_last_hour"),
-        avg_duration_ms: number("avg_duration_ms"),
-        avg_wait_ms: number("avg_wait_ms"),
-        throughput_per_second: number("throughput_per_second"),
+/// A queue's stats on the wire: the conformance shape (`queue`) beside the HTTP binding's
+/// (`status`, `stats`).
+pub fn queue_stats(name: String, stats: &QueueStats) -> types::QueueStatsEnvelope {
+    let mut extra = json_object(stats);
+    extra.remove("name");
+    extra.remove("paused");
+    types::QueueStatsEnvelope {
+        status: if stats.paused { "paused" } else { "active" }.to_string(),
+        stats: types::QueueStatsSummary {
+            available: stats.available,
+            active: stats.active,
+            scheduled: stats.scheduled,
+            retryable: stats.retryable,
+            dead: stats.dead_letters,
+            discarded: stats.discarded,
+            completed_last_hour: stats.completed_last_hour,
+            failed_last_hour: stats.failed_last_hour,
+            avg_duration_ms: stats.avg_duration_ms,
+            avg_wait_ms: stats.avg_wait_ms,
+            throughput_per_second: stats.throughput_per_second,
+        },
+        computed_at: format_time(&chrono::Utc::now()),
+        queue: types::QueueStats {
+            name,
+            paused: stats.paused,
+            extra,
+        },
     }
 }
 
-/// Rewrites the `*_at` times PostgreSQL wrote into a JSON answer (`+00:00`, microseconds) in the
-/// one format every answer uses (RFC 3339 UTC with `Z`, as `format_time`).
-pub fn normalize_times(object: &mut serde_json::Map<String, Value>) {
-    for (key, value) in object.iter_mut() {
-        match value {
-            Value::Object(inner) => normalize_times(inner),
-            Value::String(text) if key.ends_with("_at") => {
-                if let Ok(time) = chrono::DateTime::parse_from_rfc3339(text) {
-                    *text = format_time(&time.with_timezone(&chrono::Utc));
-                }
-            }
-            _ => {}
-        }
+/// A stream's info on the wire.
+pub fn stream_info(queue: String, info: &StreamInfo) -> types::StreamInfo {
+    types::StreamInfo {
+        queue: Some(queue),
+        extra: json_object(info),
     }
 }

@@ -7,8 +7,8 @@ use super::{ApiError, RequestContext, convert};
 use crate::core::events::EventQuery;
 use crate::core::push::{self, Shutdown};
 use crate::core::stream::Receive;
-use crate::core::time::format_time;
-use crate::core::{AckJob, FetchJobs, NackJob, QueueConfigChanges, Service};
+use crate::core::{AckJob, CoreError, FetchJobs, NackJob, QueueConfigChanges, Service, validate};
+use crate::model::time::format_time;
 
 /// The HTTP binding of the service.
 pub struct HttpAdapter {
@@ -88,7 +88,7 @@ impl api::HttpApi for HttpAdapter {
         ctx: RequestContext,
         body: types::EnqueueRequest,
     ) -> Result<api::EnqueueJobResponse, ApiError> {
-        let mut job = convert::enqueue(body);
+        let mut job = convert::enqueue(body)?;
         ctx.admit([job.queue()])?;
         job.trace_context = ctx.trace.clone();
         let enqueued = self.service.enqueue(job).await?;
@@ -113,12 +113,13 @@ impl api::HttpApi for HttpAdapter {
         let jobs: Vec<_> = body
             .jobs
             .into_iter()
-            .map(|j| {
-                let mut job = convert::enqueue(j);
+            .enumerate()
+            .map(|(i, j)| {
+                let mut job = convert::enqueue(j).map_err(|e| validate::batch_item_error(i, e))?;
                 job.trace_context = ctx.trace.clone();
-                job
+                Ok(job)
             })
-            .collect();
+            .collect::<Result<_, CoreError>>()?;
         ctx.admit(jobs.iter().map(|j| j.queue()))?;
         let jobs = self.service.enqueue_batch(jobs).await?;
         Ok(api::EnqueueJobsResponse::Created(
@@ -526,13 +527,7 @@ impl api::HttpApi for HttpAdapter {
     ) -> Result<api::StreamInfoResponse, ApiError> {
         ctx.admit([q.as_str()])?;
         let info = self.service.stream_info(&q).await?;
-        let mut extra = info.as_object().cloned().unwrap_or_default();
-        convert::normalize_times(&mut extra);
-        extra.remove("queue");
-        Ok(api::StreamInfoResponse::Ok(types::StreamInfo {
-            queue: Some(q),
-            extra,
-        }))
+        Ok(api::StreamInfoResponse::Ok(convert::stream_info(q, &info)))
     }
 
     async fn get_queue_config(
@@ -546,8 +541,8 @@ impl api::HttpApi for HttpAdapter {
             .queue_config(&q, QueueConfigChanges::default())
             .await?;
         Ok(api::GetQueueConfigResponse::Ok(convert::queue_config(
-            config,
-        )?))
+            &config,
+        )))
     }
 
     async fn set_queue_config(
@@ -560,8 +555,8 @@ impl api::HttpApi for HttpAdapter {
         let changes = convert::queue_config_changes(body)?;
         let config = self.service.queue_config(&q, changes).await?;
         Ok(api::SetQueueConfigResponse::Ok(convert::queue_config(
-            config,
-        )?))
+            &config,
+        )))
     }
 
     async fn create_queue(
@@ -606,24 +601,7 @@ impl api::HttpApi for HttpAdapter {
     ) -> Result<api::QueueStatsResponse, ApiError> {
         ctx.admit([q.as_str()])?;
         let stats = self.service.queue_stats(&q).await?;
-        let computed_at = format_time(&chrono::Utc::now());
-        let mut extra = stats.as_object().cloned().unwrap_or_default();
-        convert::normalize_times(&mut extra);
-        let paused = extra
-            .remove("paused")
-            .and_then(|p| p.as_bool())
-            .unwrap_or(false);
-        extra.remove("name");
-        Ok(api::QueueStatsResponse::Ok(types::QueueStatsEnvelope {
-            status: if paused { "paused" } else { "active" }.to_string(),
-            stats: convert::stats_summary(&extra),
-            computed_at,
-            queue: types::QueueStats {
-                name: q,
-                paused,
-                extra,
-            },
-        }))
+        Ok(api::QueueStatsResponse::Ok(convert::queue_stats(q, &stats)))
     }
 
     async fn pause_queue(

@@ -1,9 +1,11 @@
 //! Jobs in the domain's own terms: states, retry policy, and the requests of the worker protocol.
 
-use chrono::{DateTime, Utc};
+use chrono::{DateTime, SecondsFormat, Utc};
 use serde::{Deserialize, Serialize};
 use serde_json::{Map, Value};
 use uuid::Uuid;
+
+use super::time::{format_duration_ms, parse_duration_ms, parse_time};
 
 /// The eight OJS job states.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
@@ -186,10 +188,10 @@ pub struct JobOptions {
     pub timeout_ms: Option<i64>,
     /// Lease length, ms.
     pub visibility_timeout_ms: Option<i64>,
-    /// RFC 3339 time or `+PT..` relative duration.
-    pub scheduled_at: Option<String>,
-    /// RFC 3339 time or `+PT..` relative duration.
-    pub expires_at: Option<String>,
+    /// When the job becomes due.
+    pub scheduled_at: Option<JobTime>,
+    /// When the job expires undelivered.
+    pub expires_at: Option<JobTime>,
     /// Retry policy in any accepted spelling.
     pub retry: Option<Value>,
     /// Unique policy.
@@ -202,6 +204,52 @@ pub struct JobOptions {
     pub metadata: Option<Map<String, Value>>,
     /// `{max_per_second}`: the queue's claim rate.
     pub rate_limit: Option<Value>,
+}
+
+/// A job option's time: an instant, or a span after the enqueue. Its text (`Display`, and its
+/// serde form, in which cron templates keep it) is RFC 3339 or `+` and an ISO-8601 duration.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum JobTime {
+    /// This instant.
+    At(DateTime<Utc>),
+    /// This many milliseconds after the enqueue.
+    After(i64),
+}
+
+impl JobTime {
+    /// Reads the text form; `None` when it is neither an RFC 3339 time with a zone nor `+PT..`.
+    pub fn parse(text: &str) -> Option<JobTime> {
+        match text.strip_prefix('+') {
+            Some(relative) => parse_duration_ms(relative).map(JobTime::After),
+            None => parse_time(text).map(JobTime::At),
+        }
+    }
+}
+
+impl std::fmt::Display for JobTime {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            JobTime::At(t) => f.write_str(&t.to_rfc3339_opts(SecondsFormat::AutoSi, true)),
+            JobTime::After(ms) => write!(f, "+{}", format_duration_ms(*ms)),
+        }
+    }
+}
+
+impl Serialize for JobTime {
+    fn serialize<S: serde::Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
+        s.collect_str(self)
+    }
+}
+
+impl<'de> Deserialize<'de> for JobTime {
+    fn deserialize<D: serde::Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
+        let text = String::deserialize(d)?;
+        JobTime::parse(&text).ok_or_else(|| {
+            serde::de::Error::custom(format!(
+                "{text:?} is neither an RFC 3339 time nor a +ISO-8601 duration"
+            ))
+        })
+    }
 }
 
 /// A job to enqueue.

@@ -6,5 +6,16 @@ pub mod access;
 pub mod error;
 pub mod events;
 pub mod job;
+pub mod queue;
 pub mod stream;
+pub mod time;
 pub mod workflow;
+
+/// The JSON object a model record serializes to (its `Serialize` form); empty for a value that
+/// is not an object, which no record is.
+pub fn json_object<T: serde::Serialize>(value: &T) -> serde_json::Map<String, serde_json::Value> {
+    match serde_json::to_value(value) {
+        Ok(serde_json::Value::Object(map)) => map,
+        _ => serde_json::Map::new(),
+    }
+}

@@ -1,8 +1,11 @@
 //! Streams in the domain's own terms: messages, events, batches, consumers, dead letters.
 
 use chrono::{DateTime, Utc};
+use serde::{Deserialize, Serialize};
 use serde_json::{Map, Value};
 use uuid::Uuid;
+
+use super::time::{serialize_opt_time, serialize_time};
 
 /// A message to append.
 #[derive(Debug, Clone, Default)]
@@ -83,8 +86,25 @@ pub struct ConsumerInfo {
     pub created_at: DateTime<Utc>,
     /// Ticks after its cursor.
     pub ticks_behind: i64,
-    /// Its active batches.
-    pub active_batches: Value,
+    /// Its active batches, oldest first.
+    pub active_batches: Vec<ActiveBatch>,
+}
+
+/// A batch delivered to a consumer and not yet acked. Its JSON form (`Serialize`) is the one both
+/// protocols answer.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct ActiveBatch {
+    /// Batch id.
+    pub batch_id: Uuid,
+    /// The cooperative member holding it, if any.
+    pub member: Option<String>,
+    /// Cursor tick it starts after.
+    pub start_tick: i64,
+    /// Tick it ends at.
+    pub end_tick: i64,
+    /// When it was allocated.
+    #[serde(serialize_with = "serialize_time")]
+    pub created_at: DateTime<Utc>,
 }
 
 /// The result of a subscribe.
@@ -165,4 +185,60 @@ pub struct Receive {
     pub max_bytes: Option<i64>,
     /// Long poll bound.
     pub wait_ms: Option<i64>,
+}
+
+/// A stream's counts, watermarks, segments and rotation facts (`s3p.stream_info`). Its JSON form
+/// (`Serialize`) is the one both protocols answer; a watermark of an empty stream is null.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct StreamInfo {
+    /// Events retained.
+    pub events: i64,
+    /// Subscribed consumers.
+    pub consumers: i64,
+    /// Dead letters.
+    pub dead_letters: i64,
+    /// Events waiting for a retry.
+    pub pending_retries: i64,
+    /// Batches delivered and not yet acked.
+    pub active_batches: i64,
+    /// Lowest retained storage sequence.
+    pub min_seq: Option<i64>,
+    /// Highest retained storage sequence.
+    pub max_seq: Option<i64>,
+    /// Oldest retained tick.
+    pub oldest_tick: Option<i64>,
+    /// Latest tick.
+    pub latest_tick: Option<i64>,
+    /// Ticks retained.
+    pub ticks: i64,
+    /// The segment new events go to.
+    pub current_segment: i32,
+    /// When the current segment started.
+    #[serde(serialize_with = "serialize_time")]
+    pub segment_started_at: DateTime<Utc>,
+    /// Segment rotations so far.
+    pub rotations: i64,
+    /// Minimum retention, ms.
+    pub retention_ms: i64,
+    /// How often segments rotate, ms.
+    pub rotation_period_ms: i64,
+    /// Nacks before a message is dead-lettered.
+    pub max_retries: i32,
+    /// The segments in order.
+    pub segments: Vec<StreamSegment>,
+}
+
+/// One of a stream's segments (partitions of its event log).
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct StreamSegment {
+    /// Segment number.
+    pub segment: i32,
+    /// Events it holds.
+    pub events: i64,
+    /// When it last became current.
+    #[serde(serialize_with = "serialize_opt_time")]
+    pub switched_at: Option<DateTime<Utc>>,
+    /// When it was sealed.
+    #[serde(serialize_with = "serialize_opt_time")]
+    pub sealed_at: Option<DateTime<Utc>>,
 }

@@ -15,10 +15,12 @@ use std::time::Duration;
 use chrono::{DateTime, Utc};
 use serde_json::{Map, Value};
 use sqlx::postgres::{PgConnectOptions, PgPool, PgPoolOptions};
+use sqlx::types::Json;
 use uuid::Uuid;
 
 use crate::model::error::{CoreError, ErrorKind};
 use crate::model::job::{Job, JobState, MaintenanceReport, QueueSummary, RetryPolicy};
+use crate::model::queue::{QueueConfig, QueueStats};
 use crate::model::workflow::CronEntry;
 pub use grouped::{AckItem, GroupingStats};
 use rows::{CronRow, EventRow};
@@ -907,22 +909,28 @@ impl Store {
 
     /// `s3p.queue_stats`.
     #[tracing::instrument(name = "db", skip_all, fields(op = "queue_stats"))]
-    pub async fn queue_stats(&self, queue: &str) -> Result<Value, CoreError> {
+    pub async fn queue_stats(&self, queue: &str) -> Result<QueueStats, CoreError> {
         sqlx::query_scalar("SELECT s3p.queue_stats($1)")
             .bind(queue)
             .fetch_one(&self.pool)
             .await
+            .map(|Json(stats)| stats)
             .map_err(map_db_error)
     }
 
     /// `s3p.queue_config`.
     #[tracing::instrument(name = "db", skip_all, fields(op = "queue_config"))]
-    pub async fn queue_config(&self, queue: &str, changes: &Value) -> Result<Value, CoreError> {
+    pub async fn queue_config(
+        &self,
+        queue: &str,
+        changes: &Value,
+    ) -> Result<QueueConfig, CoreError> {
         sqlx::query_scalar("SELECT s3p.queue_config($1, $2)")
             .bind(queue)
             .bind(changes)
             .fetch_one(&self.pool)
             .await
+            .map(|Json(config)| config)
             .map_err(map_db_error)
     }
 

@@ -3,14 +3,15 @@
 use chrono::{DateTime, Utc};
 use serde_json::Value;
 use sqlx::postgres::PgRow;
+use sqlx::types::Json;
 use sqlx::{Column, Row};
 use uuid::Uuid;
 
 use super::{Store, map_db_error};
 use crate::model::error::CoreError;
 use crate::model::stream::{
-    Appended, Batch, ConsumerInfo, StreamConfig, StreamDeadLetter, StreamEvent, StreamNackOutcome,
-    Subscription,
+    ActiveBatch, Appended, Batch, ConsumerInfo, StreamConfig, StreamDeadLetter, StreamEvent,
+    StreamInfo, StreamNackOutcome, Subscription,
 };
 
 /// A batch from its rows: every row repeats the batch columns and carries one event (none for an
@@ -75,7 +76,7 @@ struct ConsumerRow {
     cooperative: bool,
     created_at: DateTime<Utc>,
     ticks_behind: i64,
-    active_batches: Value,
+    active_batches: Json<Vec<ActiveBatch>>,
 }
 
 #[derive(sqlx::FromRow)]
@@ -179,7 +180,7 @@ impl Store {
                 cooperative: r.cooperative,
                 created_at: r.created_at,
                 ticks_behind: r.ticks_behind,
-                active_batches: r.active_batches,
+                active_batches: r.active_batches.0,
             })
             .collect())
     }
@@ -294,11 +295,12 @@ impl Store {
 
     /// `s3p.stream_info`.
     #[tracing::instrument(name = "db", skip_all, fields(op = "stream_info"))]
-    pub async fn stream_info(&self, queue: &str) -> Result<Value, CoreError> {
+    pub async fn stream_info(&self, queue: &str) -> Result<StreamInfo, CoreError> {
         sqlx::query_scalar("SELECT s3p.stream_info($1)")
             .bind(queue)
             .fetch_one(self.pool())
             .await
+            .map(|Json(info)| info)
             .map_err(map_db_error)
     }
 

@@ -231,13 +231,6 @@ pub async fn stream(
         let queue = path(q)?;
         ui.allow(&headers, "streamInfo", Some(&queue)).await?;
         let info = ui.service.stream_info(&queue).await?;
-        let facts: Vec<Value> = info
-            .as_object()
-            .into_iter()
-            .flatten()
-            .filter(|(_, v)| !v.is_object() && !v.is_array())
-            .map(|(k, v)| json!({ "name": k, "value": v.as_str().map_or_else(|| v.to_string(), str::to_string) }))
-            .collect();
         let consumers = ui
             .service
             .consumers(
@@ -256,7 +249,7 @@ pub async fn stream(
             "stream.html",
             json!({
                 "queue": queue,
-                "facts": facts,
+                "facts": views::stream_facts(&info),
                 "consumers": consumers.items.iter().map(views::consumer).collect::<Vec<_>>(),
                 "dead_letters": letters.letters.iter().map(views::stream_dead_letter).collect::<Vec<_>>(),
                 "more_dead_letters": letters.next_offset.is_some(),
@@ -296,7 +289,7 @@ pub async fn workflows(State(ui): State<Arc<UiState>>, headers: HeaderMap) -> Re
             if let Some(at) = w
                 .get("created_at")
                 .and_then(Value::as_str)
-                .and_then(crate::core::time::parse_time)
+                .and_then(crate::model::time::parse_time)
             {
                 w["created_at"] = views::time(&at).into();
             }

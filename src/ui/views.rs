@@ -4,14 +4,15 @@
 use chrono::{DateTime, Utc};
 use serde_json::{Value, json};
 
-use crate::core::Job;
 use crate::core::events::Event;
-use crate::core::stream::{ConsumerInfo, StreamDeadLetter};
+use crate::core::stream::{ConsumerInfo, StreamDeadLetter, StreamInfo};
 use crate::core::workflow::{CronEntry, Workflow};
+use crate::core::{Job, QueueStats};
+use crate::model::json_object;
 
 /// A time as the API writes it.
 pub fn time(t: &DateTime<Utc>) -> String {
-    crate::core::time::format_time(t)
+    crate::model::time::format_time(t)
 }
 
 fn opt_time(t: &Option<DateTime<Utc>>) -> Value {
@@ -116,24 +117,32 @@ pub fn job_detail(job: &Job, events: &[Event]) -> Value {
     view
 }
 
-/// A queue's row on the overview, from its stats (`s3p.queue_stats`).
-pub fn queue_row(stats: &Value) -> Value {
-    let n = |key: &str| stats.get(key).and_then(Value::as_i64).unwrap_or(0);
+/// A queue's row on the overview, from its stats.
+pub fn queue_row(stats: &QueueStats) -> Value {
     json!({
-        "name": stats.get("name").and_then(Value::as_str).unwrap_or_default(),
-        "status": if stats.get("paused").and_then(Value::as_bool).unwrap_or(false) { "paused" } else { "active" },
+        "name": stats.name,
+        "status": if stats.paused { "paused" } else { "active" },
         "counts": {
-            "available": n("available"),
-            "scheduled": n("scheduled"),
-            "pending": n("pending"),
-            "active": n("active"),
-            "retryable": n("retryable"),
-            "completed": n("completed"),
-            "discarded": n("discarded"),
-            "dead_letters": n("dead_letters"),
+            "available": stats.available,
+            "scheduled": stats.scheduled,
+            "pending": stats.pending,
+            "active": stats.active,
+            "retryable": stats.retryable,
+            "completed": stats.completed,
+            "discarded": stats.discarded,
+            "dead_letters": stats.dead_letters,
         },
-        "throughput_per_second": stats.get("throughput_per_second").cloned().unwrap_or(json!(0)),
+        "throughput_per_second": stats.throughput_per_second,
     })
+}
+
+/// A stream's single-valued facts (counts, watermarks, rotation) as name/value rows.
+pub fn stream_facts(info: &StreamInfo) -> Vec<Value> {
+    json_object(info)
+        .into_iter()
+        .filter(|(_, v)| !v.is_object() && !v.is_array())
+        .map(|(k, v)| json!({ "name": k, "value": v.as_str().map_or_else(|| v.to_string(), str::to_string) }))
+        .collect()
 }
 
 /// A stream consumer with its lag.
@@ -143,7 +152,7 @@ pub fn consumer(c: &ConsumerInfo) -> Value {
         "last_tick": c.last_tick,
         "ticks_behind": c.ticks_behind,
         "cooperative": c.cooperative,
-        "active_batches": c.active_batches.as_array().map_or(0, Vec::len),
+        "active_batches": c.active_batches.len(),
         "created_at": time(&c.created_at),
     })
 }

@@ -11,6 +11,22 @@ pub fn format_time(t: &DateTime<Utc>) -> String {
     }
 }
 
+/// `format_time` as a serde serializer, for the model's JSON forms.
+pub fn serialize_time<S: serde::Serializer>(t: &DateTime<Utc>, s: S) -> Result<S::Ok, S::Error> {
+    s.serialize_str(&format_time(t))
+}
+
+/// `format_time` of an optional time (null when absent) as a serde serializer.
+pub fn serialize_opt_time<S: serde::Serializer>(
+    t: &Option<DateTime<Utc>>,
+    s: S,
+) -> Result<S::Ok, S::Error> {
+    match t {
+        Some(t) => serialize_time(t, s),
+        None => s.serialize_none(),
+    }
+}
+
 /// Parses an RFC 3339 instant with an explicit zone; a time without a zone is rejected.
 pub fn parse_time(text: &str) -> Option<DateTime<Utc>> {
     DateTime::parse_from_rfc3339(text)
