@@ -9,7 +9,7 @@ use serde_json::{Map, Value, json};
 use uuid::Uuid;
 
 use super::cron::{Schedule, parse_time_zone};
-use super::validate::new_job_row;
+use super::validate::{self, new_job_row};
 use super::{CoreError, EnqueueJob, Service};
 pub use crate::model::workflow::CronEntry;
 
@@ -258,10 +258,7 @@ fn dependencies(workflow: &NewWorkflow) -> Result<Vec<Vec<usize>>, CoreError> {
 }
 
 fn prepared(job: &EnqueueJob, now: DateTime<Utc>, what: &str) -> Result<Value, CoreError> {
-    new_job_row(job, now).map_err(|mut e| {
-        e.message = format!("{what}: {}", e.message);
-        e
-    })
+    new_job_row(job, now).map_err(|e| validate::within(what, e))
 }
 
 impl Service {
