@@ -1170,8 +1170,8 @@ async fn per_queue_admission_refuses_one_queue_while_another_works() {
 
     // Hold a request on `hot` in flight: a resume of it, admitted and then waiting for the queue's
     // catalog row, which another transaction holds. (Queue permits are taken once a request is
-    // decoded, so a request whose body is still arriving holds none.) A probe can overtake it and
-    // take the queue's slot first; then the probe is answered and the next one is refused.
+    // decoded, so a request whose body is still arriving holds none.) A probe can take the
+    // queue's slot first; then the held request is the one refused, and it is sent again.
     let mut lock = db(&app.database_url).await;
     sqlx::query("BEGIN")
         .execute(&mut lock)
@@ -1181,23 +1181,28 @@ async fn per_queue_admission_refuses_one_queue_while_another_works() {
         .execute(&mut lock)
         .await
         .expect("lock hot's catalog row");
-    let held = tokio::spawn({
+    let resume = || {
         let client = http.client.clone();
         let url = format!("{}/ojs/v1/queues/hot/resume", app.http_url);
-        async move { client.post(url).json(&json!({})).send().await }
-    });
+        tokio::spawn(async move { client.post(url).json(&json!({})).send().await })
+    };
+    let mut held = resume();
     let mut refused = Value::Null;
     eventually(
         Duration::from_secs(5),
         "a request on the held queue gets 429",
         async || {
+            if held.is_finished() {
+                held = resume();
+                tokio::time::sleep(Duration::from_millis(50)).await;
+            }
             let response = http
                 .client
                 .get(format!("{}/ojs/v1/queues/hot/stats", app.http_url))
                 .send()
                 .await
                 .expect("stats");
-            if response.status() != StatusCode::TOO_MANY_REQUESTS {
+            if response.status() != StatusCode::TOO_MANY_REQUESTS || held.is_finished() {
                 return false;
             }
             assert!(
