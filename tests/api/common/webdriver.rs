@@ -152,7 +152,8 @@ impl Browser {
     }
 
     /// Runs a command on the element matching a CSS selector; its value. An element found just
-    /// before the page was replaced is stale: it is looked up again on the page now shown.
+    /// before the page was replaced is stale, or missing while the next page loads: it is looked
+    /// up again on the page now shown.
     async fn on_element(
         &self,
         css: &str,
@@ -161,7 +162,10 @@ impl Browser {
         body: Value,
     ) -> Value {
         for _ in 0..20 {
-            let id = self.element(css).await;
+            let Some(id) = self.find(css).await else {
+                tokio::time::sleep(Duration::from_millis(100)).await;
+                continue;
+            };
             let mut request = self.http.request(
                 method.clone(),
                 format!("{}/element/{id}/{action}", self.base),
@@ -181,6 +185,8 @@ impl Browser {
             );
             tokio::time::sleep(Duration::from_millis(100)).await;
         }
+        // Missing for good: `element` panics with the page's address and source.
+        self.element(css).await;
         panic!("{css} stayed stale");
     }
 
