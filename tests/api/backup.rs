@@ -12,16 +12,9 @@ use reqwest::{Method, StatusCode};
 use serde_json::{Value, json};
 use sqlx::{Connection, PgConnection};
 
-/// The shared HTTP client, with this module's calls.
-struct Http(common::http::Http);
-
-impl std::ops::Deref for Http {
-    type Target = common::http::Http;
-
-    fn deref(&self) -> &common::http::Http {
-        &self.0
-    }
-}
+common::http::module_http!(
+    /// The shared HTTP client, with this module's calls.
+);
 
 impl Http {
     fn new(app: &common::TestApp) -> Self {

@@ -22,17 +22,10 @@ use common::grpc::{Admin, Ojs, Streams};
 // ---------------------------------------------------------------------------------------------
 // Helpers
 
-/// The shared HTTP client of one gateway, with this module's calls.
-#[derive(Clone)]
-struct Http(common::http::Http);
-
-impl std::ops::Deref for Http {
-    type Target = common::http::Http;
-
-    fn deref(&self) -> &common::http::Http {
-        &self.0
-    }
-}
+common::http::module_http!(
+    /// The shared HTTP client of one gateway, with this module's calls.
+    #[derive(Clone)]
+);
 
 impl Http {
     fn new(app: &common::TestApp) -> Self {

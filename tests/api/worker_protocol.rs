@@ -16,17 +16,10 @@ use tokio::time::Instant;
 
 type Grpc = common::grpc::Ojs;
 
-/// The shared HTTP client (without a timeout: long polls and held requests run long), with the
-/// worker protocol's calls.
-struct Http(common::http::Http);
-
-impl std::ops::Deref for Http {
-    type Target = common::http::Http;
-
-    fn deref(&self) -> &common::http::Http {
-        &self.0
-    }
-}
+common::http::module_http!(
+    /// The shared HTTP client (without a timeout: long polls and held requests run long), with the
+    /// worker protocol's calls.
+);
 
 impl Http {
     fn new(app: &common::TestApp) -> Self {

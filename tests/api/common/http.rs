@@ -143,3 +143,21 @@ impl Http {
         answer
     }
 }
+
+/// Declares a module's own `Http`: the shared client (through `Deref`) plus the calls the module
+/// adds in its own `impl Http`.
+macro_rules! module_http {
+    ($(#[$meta:meta])*) => {
+        $(#[$meta])*
+        struct Http($crate::common::http::Http);
+
+        impl std::ops::Deref for Http {
+            type Target = $crate::common::http::Http;
+
+            fn deref(&self) -> &$crate::common::http::Http {
+                &self.0
+            }
+        }
+    };
+}
+pub(crate) use module_http;
