@@ -688,6 +688,14 @@ impl Service {
         self.store.queue_stats(queue).await
     }
 
+    /// `queue_stats` of several queues, in one database round trip.
+    pub async fn queue_stats_of(&self, queues: &[String]) -> Result<Vec<QueueStats>, CoreError> {
+        for queue in queues {
+            validate::check_queue_name(queue)?;
+        }
+        self.store.queue_stats_of(queues).await
+    }
+
     /// Pauses (true) or resumes (false) job delivery of a queue.
     pub async fn set_paused(&self, queue: &str, paused: bool) -> Result<bool, CoreError> {
         validate::check_queue_name(queue)?;

@@ -918,6 +918,20 @@ impl Store {
             .map_err(map_db_error)
     }
 
+    /// `s3p.queue_stats` of several queues in one round trip, in the order given.
+    #[tracing::instrument(name = "db", skip_all, fields(op = "queue_stats_of"))]
+    pub async fn queue_stats_of(&self, queues: &[String]) -> Result<Vec<QueueStats>, CoreError> {
+        sqlx::query_scalar(
+            "SELECT s3p.queue_stats(u.name) FROM unnest($1::text[]) WITH ORDINALITY AS u(name, i) \
+             ORDER BY u.i",
+        )
+        .bind(queues)
+        .fetch_all(&self.pool)
+        .await
+        .map(|rows| rows.into_iter().map(|Json(stats)| stats).collect())
+        .map_err(map_db_error)
+    }
+
     /// `s3p.queue_config`.
     #[tracing::instrument(name = "db", skip_all, fields(op = "queue_config"))]
     pub async fn queue_config(

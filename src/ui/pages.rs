@@ -58,13 +58,17 @@ pub async fn overview(
             },
         )
         .await?;
-    let mut rows = Vec::new();
-    for queue in page.items.iter().filter(|q| sees(grant, &q.name)) {
-        rows.push(views::queue_row(
-            &ui.service.queue_stats(&queue.name).await?,
-        ));
-    }
-    Ok((rows, page.next_cursor))
+    let names: Vec<String> = page
+        .items
+        .iter()
+        .filter(|q| sees(grant, &q.name))
+        .map(|q| q.name.clone())
+        .collect();
+    let stats = ui.service.queue_stats_of(&names).await?;
+    Ok((
+        stats.iter().map(views::queue_row).collect(),
+        page.next_cursor,
+    ))
 }
 
 /// `/ui`: the queues with their counts by state, status and throughput.
