@@ -6,7 +6,7 @@ use rand::RngCore as _;
 use sha2::{Digest as _, Sha256};
 
 use super::{CoreError, Service};
-pub use crate::model::access::{Grant, Role};
+pub use crate::model::access::{Grant, Role, Scope};
 use crate::store::tokens::TokenRecord;
 
 /// Every token starts with this, so leaked ones are easy to spot and scan for.

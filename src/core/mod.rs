@@ -21,7 +21,7 @@ use serde_json::json;
 
 pub use crate::model::queue::{QueueConfig, QueueStats};
 use crate::store::Store;
-pub use access::{Grant, Role};
+pub use access::{Grant, Role, Scope};
 pub use error::{CoreError, ErrorKind};
 pub use job::{
     AckJob, DeadLetterPage, EnqueueJob, Enqueued, FetchJobs, Heartbeat, HeartbeatOutcome, Job,

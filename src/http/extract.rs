@@ -32,6 +32,11 @@ impl RequestContext {
     ) -> Result<(), CoreError> {
         self.queues.admit(queues.into_iter().map(Into::into))
     }
+
+    /// The queues the request's token may see.
+    pub fn scope(&self) -> crate::core::Scope {
+        self.queues.scope()
+    }
 }
 
 fn request_id_of(extensions: &http::Extensions) -> String {

@@ -24,7 +24,7 @@ use axum::middleware::Next;
 use axum::response::Response;
 
 use super::{AdmissionSlot, StackState};
-use crate::core::{CoreError, ErrorKind, Grant};
+use crate::core::{CoreError, ErrorKind, Grant, Scope};
 
 /// In-flight request counts per queue: one counting semaphore per queue, kept in one map so a
 /// fetch can take all of its queues' permits atomically.
@@ -128,6 +128,16 @@ impl QueueAdmission {
             gate: extensions.get::<QueueGate>().cloned(),
             slot: extensions.get::<AdmissionSlot>().cloned(),
         }
+    }
+
+    /// The queues the request's token may see (every queue without a scoped token).
+    pub fn scope(&self) -> Scope {
+        Scope::of(self.grant.as_ref())
+    }
+
+    /// The request's grant, if a token was checked.
+    pub fn grant(&self) -> Option<&Grant> {
+        self.grant.as_ref()
     }
 
     /// Checks `queues` against the token's scope (`forbidden`), then takes a permit on each,

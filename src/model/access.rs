@@ -96,6 +96,105 @@ impl Grant {
     }
 }
 
+/// The queues a request may see and act on: every queue, or those a token's patterns match.
+/// Derived from the request's grant once; everything that learns a job's, workflow's or dead
+/// letter's queue checks it here, and lists pass its SQL form to the store.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct Scope {
+    /// `None` is every queue (no token, or an unscoped one).
+    patterns: Option<Vec<String>>,
+}
+
+impl Scope {
+    /// Every queue.
+    pub fn all() -> Self {
+        Scope { patterns: None }
+    }
+
+    /// The scope of a request's grant (`None`: auth off or a public operation: every queue).
+    pub fn of(grant: Option<&Grant>) -> Self {
+        match grant {
+            Some(grant) if !grant.queues.is_empty() => Scope {
+                patterns: Some(grant.queues.clone()),
+            },
+            _ => Scope::all(),
+        }
+    }
+
+    /// Whether every queue is in scope.
+    pub fn is_all(&self) -> bool {
+        self.patterns.is_none()
+    }
+
+    /// Whether `queue` is in scope.
+    pub fn covers(&self, queue: &str) -> bool {
+        match &self.patterns {
+            None => true,
+            Some(patterns) => patterns.iter().any(|p| pattern_matches(p, queue)),
+        }
+    }
+
+    /// The token's own patterns (`None`: every queue).
+    pub fn patterns(&self) -> Option<&[String]> {
+        self.patterns.as_deref()
+    }
+
+    /// The scope as SQL `LIKE` patterns (`*` → `%`, `\`, `%` and `_` escaped), for
+    /// `queue LIKE ANY($n)`; `None` is every queue (pass SQL NULL).
+    pub fn like_patterns(&self) -> Option<Vec<String>> {
+        self.patterns.as_ref().map(|patterns| {
+            patterns
+                .iter()
+                .map(|p| {
+                    let mut like = String::with_capacity(p.len() + 2);
+                    for c in p.chars() {
+                        match c {
+                            '*' => like.push('%'),
+                            '\\' | '%' | '_' => {
+                                like.push('\\');
+                                like.push(c);
+                            }
+                            c => like.push(c),
+                        }
+                    }
+                    like
+                })
+                .collect()
+        })
+    }
+
+    /// `not_found` for `what` `id` unless its `queue` is in scope: an id of another queue must
+    /// not reveal that it exists.
+    pub fn require_visible(&self, queue: &str, what: &str, id: &str) -> Result<(), CoreError> {
+        if self.covers(queue) {
+            Ok(())
+        } else {
+            Err(CoreError::not_found(what, id))
+        }
+    }
+
+    /// Whether a grant's scope lies within this one (every pattern of it matches only queues this
+    /// scope covers): a token may only create tokens within its own scope.
+    pub fn contains(&self, other: &Scope) -> bool {
+        match (&self.patterns, &other.patterns) {
+            (None, _) => true,
+            (Some(_), None) => false,
+            (Some(mine), Some(theirs)) => theirs
+                .iter()
+                .all(|t| mine.iter().any(|m| pattern_within(t, m))),
+        }
+    }
+}
+
+/// Whether every name `inner` matches is matched by `outer` (sound, not complete: `inner` is
+/// taken as text where its `*` must meet a `*` of `outer`).
+fn pattern_within(inner: &str, outer: &str) -> bool {
+    // Treat inner's '*' as a character only outer's '*' may absorb: replace it by a byte no queue
+    // name holds, then match; a literal in outer never equals it.
+    let marked = inner.replace('*', "\u{1}");
+    pattern_matches(outer, &marked)
+}
+
 /// Whether `name` matches `pattern`, where `*` stands for any run of characters.
 fn pattern_matches(pattern: &str, name: &str) -> bool {
     let mut parts = pattern.split('*');
@@ -140,6 +239,33 @@ mod tests {
         assert!(pattern_matches("mail", "mail"));
         assert!(!pattern_matches("mail", "mail2"));
         assert!(!pattern_matches("a*a", "a"));
+    }
+
+    #[test]
+    fn scopes_cover_their_patterns_and_nest() {
+        let scoped = Scope::of(Some(&grant(&[Role::Admin], &["billing.*"])));
+        assert!(scoped.covers("billing.a") && !scoped.covers("mail"));
+        assert!(Scope::of(Some(&grant(&[Role::Admin], &[]))).is_all());
+        assert!(Scope::of(None).is_all());
+        assert_eq!(
+            Scope::of(Some(&grant(&[Role::Reader], &["a_b*", "c%"]))).like_patterns(),
+            Some(vec!["a\\_b%".to_string(), "c\\%".to_string()])
+        );
+        let within = |outer: &[&str], inner: &[&str]| {
+            Scope::of(Some(&grant(&[Role::Admin], outer)))
+                .contains(&Scope::of(Some(&grant(&[Role::Admin], inner))))
+        };
+        assert!(within(&["billing.*"], &["billing.eu.*", "billing.x"]));
+        assert!(!within(&["billing.*"], &["billing*"]));
+        assert!(!within(&["billing.*"], &["*"]));
+        assert!(
+            !within(&["billing.*"], &[]),
+            "unscoped is wider than any scope"
+        );
+        assert!(Scope::all().contains(&Scope::of(Some(&grant(&[Role::Admin], &["x"])))));
+        assert!(within(&["*"], &["anything.*"]));
+        let err = scoped.require_visible("mail", "job", "j1").unwrap_err();
+        assert_eq!(err.kind, ErrorKind::NotFound);
     }
 
     #[test]
