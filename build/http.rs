@@ -148,6 +148,8 @@ struct Operation {
     /// `x-external: true`: served by its own router (its answer is not JSON); only the
     /// operation table names it.
     external: bool,
+    /// Its row in `HTTP_OPERATIONS`, whose guard its route is wrapped in.
+    index: usize,
 }
 
 pub fn generate(out_dir: &Path) -> BuildResult<()> {
@@ -609,6 +611,7 @@ fn collect_operations(spec: &Value) -> BuildResult<Vec<Operation>> {
                 responses,
                 event_stream,
                 external,
+                index: operations.len(),
             });
         }
     }
@@ -859,7 +862,9 @@ fn handler(op: &Operation) -> TokenStream {
     }
 }
 
-/// The router: one route per path, chaining the handlers of its methods.
+/// The router: one route per path, merging its methods, each handler wrapped in the guard of
+/// its own row of `HTTP_OPERATIONS`: the operation a request is authorized as is the one the
+/// router serves it with. Unmatched methods reach the router's 405 answer, no guard.
 fn router(operations: &[&Operation]) -> TokenStream {
     let mut by_path: BTreeMap<&str, Vec<&Operation>> = BTreeMap::new();
     for op in operations {
@@ -869,14 +874,23 @@ fn router(operations: &[&Operation]) -> TokenStream {
         let mut methods = ops.iter().map(|op| {
             let method = format_ident!("{}", op.method.to_ascii_lowercase());
             let handler = format_ident!("handle_{}", op.fn_name);
-            quote!(#method(#handler::<A>))
+            let index = op.index;
+            quote! {
+                axum::routing::#method(#handler::<A>).route_layer(guard(
+                    crate::middleware::Operation::http(&crate::contract::HTTP_OPERATIONS[#index]),
+                ))
+            }
         });
         let first = methods.next();
-        quote!(.route(#path, axum::routing::#first #(.#methods)*))
+        quote!(.route(#path, #first #(.merge(#methods))*))
     });
     quote! {
-        /// The axum router calling `api` for every OpenAPI operation.
-        pub fn router<A: HttpApi>(api: std::sync::Arc<A>) -> axum::Router {
+        /// The axum router calling `api` for every OpenAPI operation, each behind the `Guard`
+        /// `guard` makes for it.
+        pub fn router<A: HttpApi>(
+            api: std::sync::Arc<A>,
+            guard: impl Fn(crate::middleware::Operation) -> crate::middleware::Guard,
+        ) -> axum::Router {
             axum::Router::new()
                 #(#routes)*
                 .with_state(api)

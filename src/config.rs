@@ -213,7 +213,7 @@ pub struct ServeArgs {
     #[arg(long, env = "PGVS3_MAX_STREAMS", default_value_t = 1000)]
     pub max_streams: usize,
     /// Largest request body or gRPC message accepted, bytes.
-    #[arg(long, env = "PGVS3_MAX_BODY_BYTES", default_value_t = 1_048_576)]
+    #[arg(long, env = "PGVS3_MAX_BODY_BYTES", default_value_t = crate::contract::DEFAULT_MAX_BODY_BYTES)]
     pub max_body_bytes: usize,
     /// Lease length when neither the fetch nor the job sets one, ms.
     #[arg(long, env = "PGVS3_VISIBILITY_TIMEOUT_MS", default_value_t = 1_800_000)]

@@ -4,6 +4,9 @@
 
 use crate::core::Role;
 
+/// The largest request body or gRPC message accepted unless configured (1 MiB).
+pub const DEFAULT_MAX_BODY_BYTES: usize = 1_048_576;
+
 /// The OJS media type of every JSON response.
 pub const OJS_MEDIA_TYPE: &str = "application/openjobspec+json";
 
@@ -36,3 +39,66 @@ pub struct GrpcOperation {
 }
 
 include!(concat!(env!("OUT_DIR"), "/grpc_operations.rs"));
+
+/// The HTTP operation `id` of the OpenAPI document; an id not in it stands for an operation only
+/// an admin may call on a writable gateway, so a typo can only refuse, never grant.
+pub fn http_operation(id: &str) -> &'static HttpOperation {
+    const UNDECLARED: HttpOperation = HttpOperation {
+        id: "undeclared",
+        method: "GET",
+        path: "",
+        read_only: false,
+        role: Role::Admin,
+    };
+    HTTP_OPERATIONS
+        .iter()
+        .find(|op| op.id == id)
+        .unwrap_or(&UNDECLARED)
+}
+
+/// gRPC methods served from outside our protos: health checks and reflection. Both only read and
+/// reveal nothing of any queue, so they are declared public here, as our protos declare theirs.
+pub const OUTSIDE_GRPC_OPERATIONS: &[GrpcOperation] = &[
+    GrpcOperation {
+        path: "/grpc.health.v1.Health/Check",
+        read_only: true,
+        role: Role::Public,
+    },
+    GrpcOperation {
+        path: "/grpc.health.v1.Health/Watch",
+        read_only: true,
+        role: Role::Public,
+    },
+    GrpcOperation {
+        path: "/grpc.reflection.v1.ServerReflection/ServerReflectionInfo",
+        read_only: true,
+        role: Role::Public,
+    },
+    GrpcOperation {
+        path: "/grpc.reflection.v1alpha.ServerReflection/ServerReflectionInfo",
+        read_only: true,
+        role: Role::Public,
+    },
+];
+
+/// The dashboard's pages (`/ui/...`): served to anyone by the stack, because each page
+/// authorizes itself as the API operation it stands for (`ui::access`), with the token from the
+/// bearer header or the login cookie; its form posts check the gateway is writable themselves.
+pub const DASHBOARD_OPERATION: HttpOperation = HttpOperation {
+    id: "dashboard",
+    method: "GET",
+    path: "/ui",
+    read_only: true,
+    role: Role::Public,
+};
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn operations_served_outside_the_generated_router_are_declared() {
+        assert_eq!(http_operation("getMetrics").role, Role::Reader);
+        assert_eq!(http_operation("no such operation").role, Role::Admin);
+    }
+}

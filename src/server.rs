@@ -61,7 +61,7 @@ impl ServerSettings {
             max_queues: 1000,
             max_in_flight: 1024,
             queue_max_in_flight: 256,
-            max_body_bytes: 1_048_576,
+            max_body_bytes: crate::contract::DEFAULT_MAX_BODY_BYTES,
             shutdown_timeout: Duration::from_secs(10),
             maintenance_interval: Some(Duration::from_millis(500)),
             service: ServiceSettings::default(),
@@ -174,6 +174,37 @@ pub fn reject(
     }
 }
 
+/// Answers what no route serves: 404 for a path no operation has, 405 for a method its route
+/// lacks (OPTIONS included), UNIMPLEMENTED for a gRPC call of a method no table declares. No
+/// guard and no handler runs for them.
+fn unrouted(router: axum::Router) -> axum::Router {
+    async fn no_route(request: axum::extract::Request) -> axum::response::Response {
+        let path = request.uri().path().to_string();
+        if middleware::is_grpc(request.headers()) {
+            return middleware::unserved(request, |id| {
+                use axum::response::IntoResponse;
+                let mut status = tonic::Status::unimplemented(format!("no method {path}"));
+                if let Ok(value) = id.parse() {
+                    status.metadata_mut().insert("x-ojs-request-id", value);
+                }
+                status.into_http::<axum::body::Body>().into_response()
+            })
+            .await;
+        }
+        middleware::unserved(request, |id| crate::http::unknown_route(id, &path)).await
+    }
+    async fn no_method(request: axum::extract::Request) -> axum::response::Response {
+        let (method, path) = (request.method().clone(), request.uri().path().to_string());
+        middleware::unserved(request, |id| {
+            crate::http::method_not_allowed(id, &method, &path)
+        })
+        .await
+    }
+    router
+        .fallback(no_route)
+        .method_not_allowed_fallback(no_method)
+}
+
 /// Connects, migrates and starts serving.
 pub async fn start(settings: ServerSettings) -> Result<RunningServer, StartError> {
     let mut settings = settings;
@@ -218,6 +249,7 @@ pub async fn start(settings: ServerSettings) -> Result<RunningServer, StartError
     let (shutdown, _) = watch::channel(false);
     let grpc = crate::grpc::router_until(
         service.clone(),
+        &stack,
         settings.max_body_bytes,
         shutdown.subscribe(),
     );
@@ -227,10 +259,12 @@ pub async fn start(settings: ServerSettings) -> Result<RunningServer, StartError
     });
     let ui = crate::ui::router(service.clone(), stack.clone(), shutdown.subscribe());
     let app = middleware::apply(
-        crate::http::router_until(service.clone(), shutdown.subscribe())
-            .merge(grpc.clone())
-            .merge(metrics)
-            .merge(ui),
+        unrouted(
+            crate::http::router_until(service.clone(), &stack, shutdown.subscribe())
+                .merge(grpc.clone())
+                .merge(metrics)
+                .merge(ui),
+        ),
         stack.clone(),
     );
 
@@ -250,7 +284,7 @@ pub async fn start(settings: ServerSettings) -> Result<RunningServer, StartError
     .await?;
     let mut grpc_addr = None;
     if let Some(address) = &settings.grpc_listen {
-        let grpc_app = middleware::apply(grpc, stack);
+        let grpc_app = middleware::apply(unrouted(grpc), stack);
         grpc_addr = Some(serve(&mut tasks, address, tls, grpc_app, shutdown.subscribe()).await?);
     }
     if let Some(interval) = settings.maintenance_interval

@@ -16,7 +16,9 @@ use std::sync::Arc;
 
 use tower::ServiceExt;
 
+use crate::contract::OUTSIDE_GRPC_OPERATIONS;
 use crate::core::Service;
+use crate::middleware::StackState;
 pub use admin::AdminAdapter;
 pub use error::status_of;
 pub use health::HealthAdapter;
@@ -96,14 +98,55 @@ pub use crate::contract::{GRPC_OPERATIONS, GrpcOperation};
 pub const FILE_DESCRIPTOR_SET: &[u8] =
     include_bytes!(concat!(env!("OUT_DIR"), "/grpc_descriptor.bin"));
 
-/// The gRPC routes of the service, to merge into the HTTP router (one port) or serve alone;
+/// The gRPC routes of the service, one per method, each behind the guard `stack` makes for its
+/// row of the operation tables, to merge into the HTTP router (one port) or serve alone;
 /// long-lived streams end (UNAVAILABLE) once `shutdown` holds true.
 pub fn router_until(
     service: Arc<Service>,
+    stack: &Arc<StackState>,
     max_message_bytes: usize,
     shutdown: tokio::sync::watch::Receiver<bool>,
 ) -> axum::Router {
-    routes(service, max_message_bytes, push::Shutdown::new(shutdown))
+    let routes = Routes {
+        router: axum::Router::new(),
+        stack: stack.clone(),
+    };
+    routes
+        .build(service, max_message_bytes, push::Shutdown::new(shutdown))
+        .router
+}
+
+/// The method routes built so far.
+struct Routes {
+    router: axum::Router,
+    stack: Arc<StackState>,
+}
+
+impl Routes {
+    /// Routes every method of `service_name` in `table` to `service`, each behind its guard.
+    /// Methods a table does not name have no route: they get the unrouted answer.
+    fn service<S>(mut self, table: &'static [GrpcOperation], service_name: &str, service: S) -> Self
+    where
+        S: tower::Service<
+                http::Request<axum::body::Body>,
+                Error = std::convert::Infallible,
+            > + Clone
+            + Send
+            + Sync
+            + 'static,
+        S::Response: axum::response::IntoResponse + 'static,
+        S::Future: Send + 'static,
+    {
+        let prefix = format!("/{service_name}/");
+        for op in table.iter().filter(|op| op.path.starts_with(&prefix)) {
+            let guard = self.stack.guard(crate::middleware::Operation::grpc(op));
+            self.router = self.router.route(
+                op.path,
+                axum::routing::post_service(service.clone()).route_layer(guard),
+            );
+        }
+        self
+    }
 }
 
 /// Hands the shutdown signal to the handlers (they find it in the request's extensions) and
@@ -154,77 +197,62 @@ where
     })
 }
 
-fn routes(
-    service: Arc<Service>,
-    max_message_bytes: usize,
-    shutdown: push::Shutdown,
-) -> axum::Router {
-    use proto::ojs::v1::ojs_service_server::{OjsServiceServer, SERVICE_NAME as OJS};
-    use proto::pgvs3::v1::admin_service_server::{AdminServiceServer, SERVICE_NAME as ADMIN};
-    use proto::pgvs3::v1::stream_service_server::{SERVICE_NAME as STREAMS, StreamServiceServer};
-    use proto::pgvs3::v1::worker_service_server::{SERVICE_NAME as WORKERS, WorkerServiceServer};
-    use tonic_health::pb::health_server::{HealthServer, SERVICE_NAME as HEALTH};
-    let ojs = OjsServiceServer::new(GrpcAdapter::new(service.clone()))
-        .max_decoding_message_size(max_message_bytes);
-    let streams = StreamServiceServer::new(StreamAdapter::new(service.clone()))
-        .max_decoding_message_size(max_message_bytes);
-    let admin = AdminServiceServer::new(AdminAdapter::new(service.clone()))
-        .max_decoding_message_size(max_message_bytes);
-    let workers = WorkerServiceServer::new(WorkerAdapter::new(service.clone()))
-        .max_decoding_message_size(max_message_bytes);
-    let health = HealthServer::new(HealthAdapter::new(
-        service,
-        vec![
-            OJS.to_string(),
-            STREAMS.to_string(),
-            ADMIN.to_string(),
-            WORKERS.to_string(),
-            HEALTH.to_string(),
-        ],
-    ));
-    let mut router = axum::Router::new()
-        .route_service(
-            &format!("/{OJS}/{{*rest}}"),
-            with_shutdown(ojs, shutdown.clone()),
-        )
-        .route_service(
-            &format!("/{STREAMS}/{{*rest}}"),
-            with_shutdown(streams, shutdown.clone()),
-        )
-        .route_service(
-            &format!("/{ADMIN}/{{*rest}}"),
-            with_shutdown(admin, shutdown.clone()),
-        )
-        .route_service(
-            &format!("/{WORKERS}/{{*rest}}"),
-            with_shutdown(workers, shutdown.clone()),
-        )
-        .route_service(
-            &format!("/{HEALTH}/{{*rest}}"),
-            with_shutdown(health, shutdown),
-        );
-    let reflection = || {
-        tonic_reflection::server::Builder::configure()
-            .register_encoded_file_descriptor_set(FILE_DESCRIPTOR_SET)
-            .register_encoded_file_descriptor_set(tonic_health::pb::FILE_DESCRIPTOR_SET)
-    };
-    match reflection().build_v1() {
-        Ok(v1) => {
-            router = router.route_service(
-                "/grpc.reflection.v1.ServerReflection/{*rest}",
-                without_admission(v1),
-            );
+impl Routes {
+    fn build(self, service: Arc<Service>, max_message_bytes: usize, shutdown: push::Shutdown) -> Self {
+        use proto::ojs::v1::ojs_service_server::{OjsServiceServer, SERVICE_NAME as OJS};
+        use proto::pgvs3::v1::admin_service_server::{AdminServiceServer, SERVICE_NAME as ADMIN};
+        use proto::pgvs3::v1::stream_service_server::{SERVICE_NAME as STREAMS, StreamServiceServer};
+        use proto::pgvs3::v1::worker_service_server::{SERVICE_NAME as WORKERS, WorkerServiceServer};
+        use tonic_health::pb::health_server::{HealthServer, SERVICE_NAME as HEALTH};
+        let ojs = OjsServiceServer::new(GrpcAdapter::new(service.clone()))
+            .max_decoding_message_size(max_message_bytes);
+        let streams = StreamServiceServer::new(StreamAdapter::new(service.clone()))
+            .max_decoding_message_size(max_message_bytes);
+        let admin = AdminServiceServer::new(AdminAdapter::new(service.clone()))
+            .max_decoding_message_size(max_message_bytes);
+        let workers = WorkerServiceServer::new(WorkerAdapter::new(service.clone()))
+            .max_decoding_message_size(max_message_bytes);
+        let health = HealthServer::new(HealthAdapter::new(
+            service,
+            vec![
+                OJS.to_string(),
+                STREAMS.to_string(),
+                ADMIN.to_string(),
+                WORKERS.to_string(),
+                HEALTH.to_string(),
+            ],
+        ));
+        let mut routes = self
+            .service(GRPC_OPERATIONS, OJS, with_shutdown(ojs, shutdown.clone()))
+            .service(GRPC_OPERATIONS, STREAMS, with_shutdown(streams, shutdown.clone()))
+            .service(GRPC_OPERATIONS, ADMIN, with_shutdown(admin, shutdown.clone()))
+            .service(GRPC_OPERATIONS, WORKERS, with_shutdown(workers, shutdown.clone()))
+            .service(OUTSIDE_GRPC_OPERATIONS, HEALTH, with_shutdown(health, shutdown));
+        let reflection = || {
+            tonic_reflection::server::Builder::configure()
+                .register_encoded_file_descriptor_set(FILE_DESCRIPTOR_SET)
+                .register_encoded_file_descriptor_set(tonic_health::pb::FILE_DESCRIPTOR_SET)
+        };
+        match reflection().build_v1() {
+            Ok(v1) => {
+                routes = routes.service(
+                    OUTSIDE_GRPC_OPERATIONS,
+                    "grpc.reflection.v1.ServerReflection",
+                    without_admission(v1),
+                );
+            }
+            Err(error) => tracing::warn!(%error, "gRPC reflection v1 is not served"),
         }
-        Err(error) => tracing::warn!(%error, "gRPC reflection v1 is not served"),
-    }
-    match reflection().build_v1alpha() {
-        Ok(v1alpha) => {
-            router = router.route_service(
-                "/grpc.reflection.v1alpha.ServerReflection/{*rest}",
-                without_admission(v1alpha),
-            );
+        match reflection().build_v1alpha() {
+            Ok(v1alpha) => {
+                routes = routes.service(
+                    OUTSIDE_GRPC_OPERATIONS,
+                    "grpc.reflection.v1alpha.ServerReflection",
+                    without_admission(v1alpha),
+                );
+            }
+            Err(error) => tracing::warn!(%error, "gRPC reflection v1alpha is not served"),
         }
-        Err(error) => tracing::warn!(%error, "gRPC reflection v1alpha is not served"),
+        routes
     }
-    router
 }

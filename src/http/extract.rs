@@ -9,7 +9,9 @@ use serde_json::Value;
 use super::ApiError;
 use crate::core::job::TraceContext;
 use crate::core::{CoreError, ErrorKind};
-use crate::middleware::{AdmissionSlot, BodyLimit, CarriedTrace, QueueAdmission, RequestId};
+use crate::middleware::{
+    AdmissionSlot, BodyLimit, BodyTooLarge, CarriedTrace, QueueAdmission, RequestId,
+};
 
 /// What every operation knows about its request.
 #[derive(Debug, Clone)]
@@ -96,13 +98,17 @@ fn is_json(content_type: &str) -> bool {
 async fn read_object(req: Request) -> Result<Option<Value>, ApiError> {
     let request_id = request_id_of(req.extensions());
     let fail = |e: CoreError| ApiError::from(e).with_request_id(&request_id);
-    let limit = req.extensions().get::<BodyLimit>().map_or(0, |l| l.0);
+    // Every route's guard sets the limit; a request that somehow lacks it gets the default.
+    let limit = req
+        .extensions()
+        .get::<BodyLimit>()
+        .map_or(crate::contract::DEFAULT_MAX_BODY_BYTES, |l| l.0);
     let content_type = req
         .headers()
         .get(http::header::CONTENT_TYPE)
         .and_then(|v| v.to_str().ok())
         .map(str::to_string);
-    let bytes = axum::body::to_bytes(req.into_body(), usize::MAX)
+    let bytes = axum::body::to_bytes(req.into_body(), limit)
         .await
         .map_err(|e| {
             // The limit error arrives wrapped by axum and hyper: look through the chain.
@@ -110,7 +116,7 @@ async fn read_object(req: Request) -> Result<Option<Value>, ApiError> {
             let mut cause: Option<&(dyn std::error::Error + 'static)> = Some(inner.as_ref());
             let mut too_large = false;
             while let Some(c) = cause {
-                too_large |= c.is::<LengthLimitError>();
+                too_large |= c.is::<LengthLimitError>() || c.is::<BodyTooLarge>();
                 cause = c.source();
             }
             fail(if too_large {

@@ -23,6 +23,7 @@ use tokio::sync::watch;
 
 use crate::core::push::Shutdown;
 use crate::core::{CoreError, ErrorKind, Service};
+use crate::middleware::StackState;
 pub use error::{ApiError, status_of};
 pub use extract::{OjsJson, OjsPath, OjsQuery, OptionalOjsJson, RequestContext, header_param};
 pub use handlers::HttpAdapter;
@@ -64,31 +65,31 @@ pub fn respond<R: IntoResponse>(ctx: &RequestContext, result: Result<R, ApiError
     }
 }
 
-/// The HTTP router of the service, with OJS answers for unknown routes and methods; server-sent
-/// event streams end (with a `stream.error` frame) once `shutdown` holds true, so a graceful
-/// shutdown does not wait on them.
-pub fn router_until(service: Arc<Service>, shutdown: watch::Receiver<bool>) -> axum::Router {
-    routes(HttpAdapter::new(service, Shutdown::new(shutdown)))
+/// The HTTP router of the service, each operation behind the guard `stack` makes for it;
+/// server-sent event streams end (with a `stream.error` frame) once `shutdown` holds true, so a
+/// graceful shutdown does not wait on them.
+pub fn router_until(
+    service: Arc<Service>,
+    stack: &Arc<StackState>,
+    shutdown: watch::Receiver<bool>,
+) -> axum::Router {
+    let adapter = HttpAdapter::new(service, Shutdown::new(shutdown));
+    api::router(Arc::new(adapter), |op| stack.guard(op))
 }
 
-fn routes(adapter: HttpAdapter) -> axum::Router {
-    api::router(Arc::new(adapter))
-        .fallback(unknown_route)
-        .method_not_allowed_fallback(method_not_allowed)
-}
-
-async fn unknown_route(ctx: RequestContext, uri: http::Uri) -> Response {
-    ApiError::from(CoreError::not_found("route", uri.path()))
-        .with_request_id(&ctx.request_id)
+/// The OJS answer to a path no route serves.
+pub fn unknown_route(request_id: &str, path: &str) -> Response {
+    ApiError::from(CoreError::not_found("route", path))
+        .with_request_id(request_id)
         .into_response()
 }
 
-async fn method_not_allowed(ctx: RequestContext, method: http::Method, uri: http::Uri) -> Response {
+/// The OJS answer to a method a route does not serve.
+pub fn method_not_allowed(request_id: &str, method: &http::Method, path: &str) -> Response {
     let mut response = ApiError::from(CoreError::invalid(format!(
-        "method {method} is not allowed on {}",
-        uri.path()
+        "method {method} is not allowed on {path}"
     )))
-    .with_request_id(&ctx.request_id)
+    .with_request_id(request_id)
     .into_response();
     *response.status_mut() = StatusCode::METHOD_NOT_ALLOWED;
     response

@@ -6,14 +6,12 @@ use std::sync::{Arc, Mutex};
 use std::task::{Context, Poll};
 
 use axum::body::Body;
-use axum::extract::{Request, State};
-use axum::middleware::Next;
 use axum::response::Response;
 use bytes::Bytes;
 use tokio::sync::OwnedSemaphorePermit;
 
 use super::queue_admission::QueuePermits;
-use super::{Operation, Protocol, RequestId, StackState};
+use super::StackState;
 use crate::core::{CoreError, ErrorKind};
 
 /// The admission slot of one request (its global permit and its per-queue permits); an operation
@@ -69,34 +67,19 @@ impl http_body::Body for PermitBody {
     }
 }
 
-/// Admits a request if a slot is free.
-pub async fn admit(
-    State(state): State<Arc<StackState>>,
-    mut request: Request,
-    next: Next,
-) -> Response {
-    let Ok(permit) = state.admission.clone().try_acquire_owned() else {
-        let protocol = request
-            .extensions()
-            .get::<Operation>()
-            .map_or(Protocol::Http, |op| op.protocol);
-        let id = request
-            .extensions()
-            .get::<RequestId>()
-            .map(|r| r.0.clone())
-            .unwrap_or_default();
-        return state.reject(
-            protocol,
-            CoreError::new(
-                ErrorKind::RateLimited,
-                "the server is at its in-flight request limit",
-            ),
-            &id,
-        );
-    };
-    let slot = AdmissionSlot(Arc::new(Mutex::new((Some(permit), None))));
-    request.extensions_mut().insert(slot.clone());
-    let response = next.run(request).await;
+/// A slot of the global in-flight limit, or `rate_limited` when none is free.
+pub fn acquire(state: &StackState) -> Result<AdmissionSlot, CoreError> {
+    let permit = state.admission.clone().try_acquire_owned().map_err(|_| {
+        CoreError::new(
+            ErrorKind::RateLimited,
+            "the server is at its in-flight request limit",
+        )
+    })?;
+    Ok(AdmissionSlot(Arc::new(Mutex::new((Some(permit), None)))))
+}
+
+/// `response`, holding `slot` until its body has been sent.
+pub fn hold_until_sent(response: Response, slot: AdmissionSlot) -> Response {
     let (parts, body) = response.into_parts();
     Response::from_parts(parts, Body::new(PermitBody { inner: body, slot }))
 }

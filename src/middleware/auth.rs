@@ -1,18 +1,12 @@
 //! Authentication and roles for both protocols: the bearer token (HTTP `Authorization: Bearer`,
 //! gRPC `authorization` metadata, the same HTTP/2 header) must name a live token holding the
-//! role the operation declares (`x-role`, `(pgvs3.v1.role)`). The token's queue scope is
-//! checked where the request's queues are known: `queue_admission` for HTTP, `admit_queues` in
-//! the gRPC adapters. The token itself is never logged or echoed.
+//! role the route's operation declares (`x-role`, `(pgvs3.v1.role)`). The token's queue scope is
+//! checked where the request's queues are known (`QueueAdmission`, `Scope`). The token itself is
+//! never logged or echoed.
 
-use std::sync::Arc;
-
-use axum::extract::{Request, State};
-use axum::middleware::Next;
-use axum::response::Response;
-
-use super::{Operation, RequestId, StackState};
+use super::Operation;
 use crate::core::access::token_hash;
-use crate::core::{CoreError, ErrorKind, Role};
+use crate::core::{CoreError, ErrorKind, Grant, Role};
 use crate::store::tokens::TokenCache;
 
 /// Token checking of one server.
@@ -36,55 +30,35 @@ pub fn bearer(headers: &http::HeaderMap) -> Option<&str> {
         .filter(|t| !t.is_empty())
 }
 
-/// Refuses requests without a live token holding the operation's role; stores the grant for
-/// the queue-scope checks after it.
-pub async fn authorize(
-    State(state): State<Arc<StackState>>,
-    mut request: Request,
-    next: Next,
-) -> Response {
-    let Some(auth) = &state.auth else {
-        return next.run(request).await;
-    };
-    let Some(op) = request.extensions().get::<Operation>().copied() else {
-        return next.run(request).await;
-    };
-    // `--metrics-open` lets scrapers in without a token.
-    let role = if op.id == Some(METRICS_OPERATION) && auth.metrics_open {
-        Role::Public
-    } else {
-        op.role
-    };
-    if role == Role::Public {
-        return next.run(request).await;
-    }
-    let operation = op.id.unwrap_or("the operation");
-    let checked = match bearer(request.headers()) {
-        None => Err(CoreError::new(
-            ErrorKind::Unauthenticated,
-            format!("{operation} needs a token with role {}", role.name()),
-        )),
-        Some(token) => match auth.tokens.grant(&token_hash(token)).await {
-            Err(error) => Err(error),
-            Ok(None) => Err(CoreError::new(
+impl Auth {
+    /// The grant of a request for `op`: `None` for a public operation, else the live token's
+    /// grant holding the operation's role, or the refusal.
+    pub async fn authenticate(
+        &self,
+        op: Operation,
+        headers: &http::HeaderMap,
+    ) -> Result<Option<Grant>, CoreError> {
+        // `--metrics-open` lets scrapers in without a token.
+        let role = if op.id == METRICS_OPERATION && self.metrics_open {
+            Role::Public
+        } else {
+            op.role
+        };
+        if role == Role::Public {
+            return Ok(None);
+        }
+        let Some(token) = bearer(headers) else {
+            return Err(CoreError::new(
+                ErrorKind::Unauthenticated,
+                format!("{} needs a token with role {}", op.id, role.name()),
+            ));
+        };
+        match self.tokens.grant(&token_hash(token)).await? {
+            None => Err(CoreError::new(
                 ErrorKind::Unauthenticated,
                 "the token is unknown or revoked",
             )),
-            Ok(Some(grant)) => grant.require_role(role, operation).map(|()| grant),
-        },
-    };
-    match checked {
-        Ok(grant) => {
-            request.extensions_mut().insert(grant);
-            next.run(request).await
-        }
-        Err(error) => {
-            let id = request
-                .extensions()
-                .get::<RequestId>()
-                .map(|r| r.0.clone())
-                .unwrap_or_default();
-            state.reject(op.protocol, error, &id)
+            Some(grant) => grant.require_role(role, op.id).map(|()| Some(grant)),
         }
     }
 }

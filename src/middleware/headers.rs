@@ -1,6 +1,6 @@
-//! OJS protocol headers on HTTP: `OJS-Version` on every response, refusal of other versions, and
-//! the Content-Type of JSON answers (`application/openjobspec+json`, or `application/json` for
-//! clients that read no other, with `--http-content-type json`).
+//! OJS protocol headers on HTTP: `OJS-Version` on every response, refusal of versions other than
+//! 1.x, and the Content-Type of JSON answers (`application/openjobspec+json`, or
+//! `application/json` for clients that read no other, with `--http-content-type json`).
 
 use std::sync::Arc;
 
@@ -9,48 +9,56 @@ use axum::middleware::Next;
 use axum::response::Response;
 use http::HeaderValue;
 
-use super::{Operation, Protocol, RequestId, StackState};
+use super::{Operation, Protocol, StackState};
 use crate::contract::OJS_MEDIA_TYPE;
 use crate::core::{CoreError, ErrorKind};
 
 /// The OJS version spoken.
 pub const OJS_VERSION: &str = "1.0";
 
-/// Checks a client's `OJS-Version`, stamps ours on HTTP responses and sets their JSON media type.
+/// Whether a client's `OJS-Version` names a 1.x version: major 1 in semantic-version terms
+/// (`1`, `1.0`, `1.0.0`, `1.1`, `1.0.0-rc.1`, `1.0.0+build`).
+fn speaks_v1(version: &str) -> bool {
+    let core = version.split(['-', '+']).next().unwrap_or("");
+    let mut parts = core.split('.');
+    parts.next() == Some("1")
+        && core.split('.').count() <= 3
+        && parts.all(|p| !p.is_empty() && p.bytes().all(|b| b.is_ascii_digit()))
+        && version
+            .bytes()
+            .all(|b| b.is_ascii_alphanumeric() || b".-+".contains(&b))
+}
+
+/// `unsupported` when an HTTP request asks for an OJS version other than 1.x.
+pub fn check_version(request: &Request) -> Result<(), CoreError> {
+    let Some(value) = request.headers().get("ojs-version") else {
+        return Ok(());
+    };
+    let version = value.to_str().unwrap_or("").trim();
+    if speaks_v1(version) {
+        return Ok(());
+    }
+    Err(CoreError::new(
+        ErrorKind::Unsupported,
+        format!("OJS-Version {version:?} is not supported; this server speaks {OJS_VERSION} (any 1.x is accepted)"),
+    ))
+}
+
+/// Stamps `OJS-Version` on HTTP responses and sets their JSON media type. A response is gRPC
+/// when its route said so, or, unrouted, when it is a gRPC answer.
 pub async fn ojs_headers(
     State(state): State<Arc<StackState>>,
     request: Request,
     next: Next,
 ) -> Response {
-    let http = request
-        .extensions()
-        .get::<Operation>()
-        .is_none_or(|op| op.protocol == Protocol::Http);
-    if !http {
-        return next.run(request).await;
-    }
-    let requested = request
-        .headers()
-        .get("ojs-version")
-        .map(|v| v.to_str().unwrap_or("").trim().to_string());
-    let mut response = match requested {
-        Some(v) if v != "1.0" && v != "1" => {
-            let id = request
-                .extensions()
-                .get::<RequestId>()
-                .map(|r| r.0.clone())
-                .unwrap_or_default();
-            state.reject(
-                Protocol::Http,
-                CoreError::new(
-                    ErrorKind::Unsupported,
-                    format!("OJS-Version {v:?} is not supported; this server speaks 1.0"),
-                ),
-                &id,
-            )
-        }
-        _ => next.run(request).await,
+    let mut response = next.run(request).await;
+    let grpc = match response.extensions().get::<Operation>() {
+        Some(op) => op.protocol == Protocol::Grpc,
+        None => super::operation::is_grpc(response.headers()),
     };
+    if grpc {
+        return response;
+    }
     let headers = response.headers_mut();
     headers.insert("ojs-version", HeaderValue::from_static(OJS_VERSION));
     if state.json_media_type != OJS_MEDIA_TYPE
@@ -64,4 +72,19 @@ pub async fn ojs_headers(
         );
     }
     response
+}
+
+#[cfg(test)]
+mod tests {
+    use super::speaks_v1;
+
+    #[test]
+    fn every_1x_spelling_is_spoken() {
+        for v in ["1", "1.0", "1.0.0", "1.1", "1.0.0-rc.1", "1.2.3+build.5"] {
+            assert!(speaks_v1(v), "{v}");
+        }
+        for v in ["2.0", "0.9", "", "1.", "1..0", "1.0.0.0", "v1", "1.x", "10", "1.0 ; x"] {
+            assert!(!speaks_v1(v), "{v}");
+        }
+    }
 }

@@ -1,10 +1,13 @@
-//! The one tower middleware stack in front of both protocols: request ids, OJS headers, body
-//! limit, tokens and roles, read-only gate, admission control (global and per queue) and tracing. Each rejection
-//! answers in the protocol's own terms (HTTP status + OJS envelope, or gRPC status + ErrorInfo).
+//! The one middleware stack of both protocols. Around the router (every request, routed or not):
+//! request ids, the trace span, observation (metrics, log line) and OJS response headers. Inside
+//! each route, around its handler: the `Guard` of the route's operation (OJS version, body limit,
+//! admission, token and role, read-only gate, per-queue gate). Each rejection answers in the
+//! protocol's own terms (HTTP status + OJS envelope, or gRPC status + ErrorInfo).
 
 mod admission;
 mod auth;
 mod body_limit;
+mod guard;
 mod headers;
 mod observe;
 mod operation;
@@ -22,9 +25,10 @@ use tokio::sync::Semaphore;
 use crate::core::CoreError;
 pub use admission::AdmissionSlot;
 pub use auth::{Auth, bearer};
-pub use body_limit::BodyLimit;
+pub use body_limit::{BodyLimit, BodyTooLarge};
+pub use guard::{Guard, Guarded, unserved};
 pub use observe::{LATENCY_BUCKETS, RequestLabels, RequestMetrics};
-pub use operation::{Operation, Protocol, classify};
+pub use operation::{Operation, Protocol, is_grpc};
 pub use queue_admission::{QueueAdmission, QueueGate, QueueLimits, admit_queues};
 pub use request_id::RequestId;
 pub use trace_context::CarriedTrace;
@@ -80,20 +84,14 @@ impl StackState {
     }
 }
 
-/// Wraps `router` (HTTP and gRPC routes alike) in the shared stack.
+/// Wraps `router` (HTTP and gRPC routes alike, each route already behind the `Guard` of its
+/// operation) in the layers every request passes, routed or not.
 pub fn apply(router: axum::Router, state: Arc<StackState>) -> axum::Router {
     use axum::middleware::from_fn_with_state;
-    // The last layer added runs first. The per-queue gate goes in after the global slot, which
-    // holds the queue permits the adapters take.
+    // The last layer added runs first.
     router
-        .layer(from_fn_with_state(state.clone(), queue_admission::admit))
-        .layer(from_fn_with_state(state.clone(), admission::admit))
-        .layer(from_fn_with_state(state.clone(), read_only::gate))
-        .layer(from_fn_with_state(state.clone(), auth::authorize))
-        .layer(from_fn_with_state(state.clone(), body_limit::limit))
         .layer(from_fn_with_state(state.clone(), headers::ojs_headers))
         .layer(from_fn_with_state(state.clone(), observe::observe))
-        .layer(axum::middleware::from_fn(operation::classify_request))
         .layer(
             tower_http::trace::TraceLayer::new_for_http().make_span_with(
                 |request: &http::Request<axum::body::Body>| {

@@ -69,23 +69,29 @@ pub async fn observe(
     next: Next,
 ) -> Response {
     let started = Instant::now();
-    let op = request.extensions().get::<Operation>().copied();
     let request_id = request
         .extensions()
         .get::<RequestId>()
         .map(|r| r.0.clone())
         .unwrap_or_default();
     let path = request.uri().path().to_string();
+    let grpc_request = super::is_grpc(request.headers());
     let response = next.run(request).await;
     let elapsed = started.elapsed();
-    let protocol = match op.map(|o| o.protocol) {
-        Some(Protocol::Grpc) => "grpc",
-        _ => "http",
+    // The route's guard puts its operation on the answer; an unrouted request has none.
+    let op = response.extensions().get::<Operation>().copied();
+    let protocol_of = op.map_or(
+        if grpc_request { Protocol::Grpc } else { Protocol::Http },
+        |o| o.protocol,
+    );
+    let protocol = match protocol_of {
+        Protocol::Grpc => "grpc",
+        Protocol::Http => "http",
     };
-    let status = match op.map(|o| o.protocol) {
+    let status = match protocol_of {
         // Errors come back as trailers-only responses with grpc-status in the headers; a missing
         // header means the call went on to stream (OK unless its trailers say otherwise).
-        Some(Protocol::Grpc) => response
+        Protocol::Grpc => response
             .headers()
             .get("grpc-status")
             .and_then(|v| v.to_str().ok())
@@ -93,7 +99,7 @@ pub async fn observe(
             .to_string(),
         _ => response.status().as_u16().to_string(),
     };
-    let operation = op.and_then(|o| o.id).unwrap_or("unknown");
+    let operation = op.map_or("unknown", |o| o.id);
     state.metrics.record(
         RequestLabels {
             operation,

@@ -19,11 +19,7 @@
 use std::collections::{BTreeSet, HashMap};
 use std::sync::{Arc, Mutex, MutexGuard};
 
-use axum::extract::{Request, State};
-use axum::middleware::Next;
-use axum::response::Response;
-
-use super::{AdmissionSlot, StackState};
+use super::AdmissionSlot;
 use crate::core::{CoreError, ErrorKind, Grant, Scope};
 
 /// In-flight request counts per queue: one counting semaphore per queue, kept in one map so a
@@ -187,18 +183,11 @@ fn full_queue(limits: &QueueLimits, full: String) -> CoreError {
     .with_detail("queue", full.into())
 }
 
-/// Hands every request the per-queue gate (when limits are on); the adapters take their permits.
-pub async fn admit(
-    State(state): State<Arc<StackState>>,
-    mut request: Request,
-    next: Next,
-) -> Response {
-    if state.queue_limits.enabled() {
-        request
-            .extensions_mut()
-            .insert(QueueGate(state.queue_limits.clone()));
+impl QueueGate {
+    /// The gate of `limits`, when per-queue limits are on.
+    pub fn of(limits: &Arc<QueueLimits>) -> Option<Self> {
+        limits.enabled().then(|| QueueGate(limits.clone()))
     }
-    next.run(request).await
 }
 
 #[cfg(test)]

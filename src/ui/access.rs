@@ -11,20 +11,10 @@ use serde::Deserialize;
 
 use super::{UiError, UiState};
 use crate::core::access::token_hash;
-use crate::core::{CoreError, ErrorKind, Grant, Role};
-use crate::http::api::HTTP_OPERATIONS;
+use crate::core::{CoreError, ErrorKind, Grant};
 
 /// The cookie holding a dashboard session's token (HttpOnly, SameSite=Strict, path `/ui`).
 pub const TOKEN_COOKIE: &str = "pgvs3_token";
-
-/// The role the API declares for `operation` (an operationId of `openapi/pgvs3.yaml`). An id
-/// not in the table needs the highest role, so a typo can only refuse, never grant.
-fn role_of(operation: &str) -> Role {
-    HTTP_OPERATIONS
-        .iter()
-        .find(|op| op.id == operation)
-        .map_or(Role::Admin, |op| op.role)
-}
 
 /// The request's token: the bearer header first, then the session cookie.
 fn token(headers: &HeaderMap) -> Option<String> {
@@ -55,7 +45,7 @@ impl UiState {
         let Some(auth) = &self.stack.auth else {
             return Ok(None);
         };
-        let role = role_of(operation);
+        let role = crate::contract::http_operation(operation).role;
         let Some(token) = token(headers) else {
             return Err(UiError::Login(format!(
                 "sign in with a token holding role {} to see this page",

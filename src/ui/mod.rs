@@ -145,6 +145,9 @@ pub fn router(
     stack: Arc<StackState>,
     shutdown: tokio::sync::watch::Receiver<bool>,
 ) -> axum::Router {
+    let guard = stack.guard(crate::middleware::Operation::http(
+        &crate::contract::DASHBOARD_OPERATION,
+    ));
     let state = UiState::new(service, stack, shutdown);
     axum::Router::new()
         .route("/ui", get(pages::queues))
@@ -175,6 +178,7 @@ pub fn router(
         .route("/ui/cron", get(pages::cron))
         .route("/ui/workflows", get(pages::workflows))
         .route("/ui/workflows/{id}", get(pages::workflow))
+        .route_layer(guard)
         .layer(axum::middleware::from_fn(access::host_from_authority))
         .with_state(state)
 }
