@@ -32,9 +32,7 @@ pub struct MetricsState {
 /// A router serving `/metrics`.
 pub fn router(state: MetricsState) -> axum::Router {
     let op = crate::contract::http_operation("getMetrics");
-    let guard = state
-        .stack
-        .guard(crate::middleware::Operation::http(op));
+    let guard = state.stack.guard(crate::middleware::Operation::http(op));
     axum::Router::new()
         .route(op.path, axum::routing::get(scrape).route_layer(guard))
         .with_state(state)

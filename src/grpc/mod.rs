@@ -127,10 +127,8 @@ impl Routes {
     /// Methods a table does not name have no route: they get the unrouted answer.
     fn service<S>(mut self, table: &'static [GrpcOperation], service_name: &str, service: S) -> Self
     where
-        S: tower::Service<
-                http::Request<axum::body::Body>,
-                Error = std::convert::Infallible,
-            > + Clone
+        S: tower::Service<http::Request<axum::body::Body>, Error = std::convert::Infallible>
+            + Clone
             + Send
             + Sync
             + 'static,
@@ -149,26 +147,80 @@ impl Routes {
     }
 }
 
-/// Hands the shutdown signal to the handlers (they find it in the request's extensions) and
-/// converts the body for tonic.
+/// Hands the shutdown signal to the handlers (they find it in the request's extensions),
+/// converts the body for tonic, and answers tonic's own refusals of a request it could not read
+/// as the client's error (see `client_error`).
 fn with_shutdown<S>(
     service: S,
     shutdown: push::Shutdown,
 ) -> impl tower::Service<
     http::Request<axum::body::Body>,
-    Response = S::Response,
-    Error = S::Error,
-    Future = S::Future,
+    Response = http::Response<tonic::body::Body>,
+    Error = std::convert::Infallible,
+    Future = impl std::future::Future<
+        Output = Result<http::Response<tonic::body::Body>, std::convert::Infallible>,
+    > + Send,
 > + Clone
 + Send
 + 'static
 where
-    S: tower::Service<http::Request<tonic::body::Body>> + Clone + Send + 'static,
+    S: tower::Service<
+            http::Request<tonic::body::Body>,
+            Response = http::Response<tonic::body::Body>,
+            Error = std::convert::Infallible,
+        > + Clone
+        + Send
+        + 'static,
+    S::Future: Send + 'static,
 {
-    service.map_request(move |mut request: http::Request<axum::body::Body>| {
+    tower::service_fn(move |mut request: http::Request<axum::body::Body>| {
         request.extensions_mut().insert(shutdown.clone());
-        request.map(tonic::body::Body::new)
+        let id = request
+            .extensions()
+            .get::<crate::middleware::RequestId>()
+            .map(|r| r.0.clone())
+            .unwrap_or_default();
+        let call = service.clone().oneshot(request.map(tonic::body::Body::new));
+        async move {
+            let response = call.await?;
+            Ok(client_error(response, &id))
+        }
     })
+}
+
+/// Tonic refuses a message it cannot decode (or one over the size limit) with a bare status of
+/// its own: INTERNAL for bytes that are not the message, RESOURCE_EXHAUSTED for size, and no
+/// `ErrorInfo`. Both are the client's doing: answer INVALID_ARGUMENT / RESOURCE_EXHAUSTED with the
+/// OJS `ErrorInfo`, as for every other bad request. Our own statuses always carry details.
+fn client_error(
+    response: http::Response<tonic::body::Body>,
+    request_id: &str,
+) -> http::Response<tonic::body::Body> {
+    let headers = response.headers();
+    if headers.contains_key("grpc-status-details-bin") {
+        return response;
+    }
+    let Some(status) = tonic::Status::from_header_map(headers) else {
+        return response;
+    };
+    let error = match status.code() {
+        tonic::Code::Internal
+            if status.message().starts_with("failed to decode")
+                || status.message().starts_with("protocol error")
+                || status.message().starts_with("Unexpected EOF decoding") =>
+        {
+            crate::core::CoreError::invalid(format!(
+                "the request message could not be decoded: {}",
+                status.message()
+            ))
+        }
+        tonic::Code::ResourceExhausted => crate::core::CoreError::new(
+            crate::core::ErrorKind::PayloadTooLarge,
+            status.message().to_string(),
+        ),
+        _ => return response,
+    };
+    status_of(&error, request_id).into_http()
 }
 
 /// Reflection keeps a stream open for as long as the client likes; it is cheap and read-only, so
@@ -198,11 +250,20 @@ where
 }
 
 impl Routes {
-    fn build(self, service: Arc<Service>, max_message_bytes: usize, shutdown: push::Shutdown) -> Self {
+    fn build(
+        self,
+        service: Arc<Service>,
+        max_message_bytes: usize,
+        shutdown: push::Shutdown,
+    ) -> Self {
         use proto::ojs::v1::ojs_service_server::{OjsServiceServer, SERVICE_NAME as OJS};
         use proto::pgvs3::v1::admin_service_server::{AdminServiceServer, SERVICE_NAME as ADMIN};
-        use proto::pgvs3::v1::stream_service_server::{SERVICE_NAME as STREAMS, StreamServiceServer};
-        use proto::pgvs3::v1::worker_service_server::{SERVICE_NAME as WORKERS, WorkerServiceServer};
+        use proto::pgvs3::v1::stream_service_server::{
+            SERVICE_NAME as STREAMS, StreamServiceServer,
+        };
+        use proto::pgvs3::v1::worker_service_server::{
+            SERVICE_NAME as WORKERS, WorkerServiceServer,
+        };
         use tonic_health::pb::health_server::{HealthServer, SERVICE_NAME as HEALTH};
         let ojs = OjsServiceServer::new(GrpcAdapter::new(service.clone()))
             .max_decoding_message_size(max_message_bytes);
@@ -224,10 +285,26 @@ impl Routes {
         ));
         let mut routes = self
             .service(GRPC_OPERATIONS, OJS, with_shutdown(ojs, shutdown.clone()))
-            .service(GRPC_OPERATIONS, STREAMS, with_shutdown(streams, shutdown.clone()))
-            .service(GRPC_OPERATIONS, ADMIN, with_shutdown(admin, shutdown.clone()))
-            .service(GRPC_OPERATIONS, WORKERS, with_shutdown(workers, shutdown.clone()))
-            .service(OUTSIDE_GRPC_OPERATIONS, HEALTH, with_shutdown(health, shutdown));
+            .service(
+                GRPC_OPERATIONS,
+                STREAMS,
+                with_shutdown(streams, shutdown.clone()),
+            )
+            .service(
+                GRPC_OPERATIONS,
+                ADMIN,
+                with_shutdown(admin, shutdown.clone()),
+            )
+            .service(
+                GRPC_OPERATIONS,
+                WORKERS,
+                with_shutdown(workers, shutdown.clone()),
+            )
+            .service(
+                OUTSIDE_GRPC_OPERATIONS,
+                HEALTH,
+                with_shutdown(health, shutdown),
+            );
         let reflection = || {
             tonic_reflection::server::Builder::configure()
                 .register_encoded_file_descriptor_set(FILE_DESCRIPTOR_SET)

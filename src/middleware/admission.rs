@@ -10,8 +10,8 @@ use axum::response::Response;
 use bytes::Bytes;
 use tokio::sync::OwnedSemaphorePermit;
 
-use super::queue_admission::QueuePermits;
 use super::StackState;
+use super::queue_admission::QueuePermits;
 use crate::core::{CoreError, ErrorKind};
 
 /// The admission slot of one request (its global permit and its per-queue permits); an operation

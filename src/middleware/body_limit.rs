@@ -77,7 +77,9 @@ impl http_body::Body for BoundedBody {
         loop {
             let frame = ready!(Pin::new(&mut self.inner).poll_frame(cx));
             match frame {
-                None if self.over() => return Poll::Ready(Some(Err(BodyTooLarge(self.max).into()))),
+                None if self.over() => {
+                    return Poll::Ready(Some(Err(BodyTooLarge(self.max).into())));
+                }
                 None => return Poll::Ready(None),
                 Some(Err(error)) => return Poll::Ready(Some(Err(error.into()))),
                 Some(Ok(frame)) => {

@@ -40,7 +40,9 @@ pub fn check_version(request: &Request) -> Result<(), CoreError> {
     }
     Err(CoreError::new(
         ErrorKind::Unsupported,
-        format!("OJS-Version {version:?} is not supported; this server speaks {OJS_VERSION} (any 1.x is accepted)"),
+        format!(
+            "OJS-Version {version:?} is not supported; this server speaks {OJS_VERSION} (any 1.x is accepted)"
+        ),
     ))
 }
 
@@ -83,7 +85,9 @@ mod tests {
         for v in ["1", "1.0", "1.0.0", "1.1", "1.0.0-rc.1", "1.2.3+build.5"] {
             assert!(speaks_v1(v), "{v}");
         }
-        for v in ["2.0", "0.9", "", "1.", "1..0", "1.0.0.0", "v1", "1.x", "10", "1.0 ; x"] {
+        for v in [
+            "2.0", "0.9", "", "1.", "1..0", "1.0.0.0", "v1", "1.x", "10", "1.0 ; x",
+        ] {
             assert!(!speaks_v1(v), "{v}");
         }
     }

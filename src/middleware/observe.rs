@@ -81,7 +81,11 @@ pub async fn observe(
     // The route's guard puts its operation on the answer; an unrouted request has none.
     let op = response.extensions().get::<Operation>().copied();
     let protocol_of = op.map_or(
-        if grpc_request { Protocol::Grpc } else { Protocol::Http },
+        if grpc_request {
+            Protocol::Grpc
+        } else {
+            Protocol::Http
+        },
         |o| o.protocol,
     );
     let protocol = match protocol_of {

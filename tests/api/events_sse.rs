@@ -374,17 +374,18 @@ async fn shutdown_ends_the_stream() {
         pgvs3::core::ServiceSettings::default(),
     ));
     let (stop, stopped) = tokio::sync::watch::channel(false);
+    let stack = pgvs3::middleware::StackState::new(
+        false,
+        16,
+        0,
+        1 << 20,
+        None,
+        pgvs3::http::OJS_MEDIA_TYPE,
+        pgvs3::server::reject,
+    );
     let app = pgvs3::middleware::apply(
-        pgvs3::http::router_until(service, stopped.clone()),
-        pgvs3::middleware::StackState::new(
-            false,
-            16,
-            0,
-            1 << 20,
-            None,
-            pgvs3::http::OJS_MEDIA_TYPE,
-            pgvs3::server::reject,
-        ),
+        pgvs3::http::router_until(service, &stack, stopped.clone()),
+        stack.clone(),
     );
     let listener = tokio::net::TcpListener::bind("127.0.0.1:0")
         .await

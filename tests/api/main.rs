@@ -15,6 +15,7 @@ mod advanced_parity;
 mod auth;
 mod backup;
 mod bad_input;
+mod classification;
 mod client_shapes;
 mod conformance;
 mod dashboard;
