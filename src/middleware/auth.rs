@@ -76,6 +76,11 @@ pub async fn authorize(
     match checked {
         Ok(grant) => {
             request.extensions_mut().insert(grant);
+            // Long-lived streams ask again with it, so a revocation ends them too.
+            let check = bearer(request.headers()).map(|t| auth.tokens.check(&token_hash(t)));
+            if let Some(check) = check {
+                request.extensions_mut().insert(check);
+            }
             next.run(request).await
         }
         Err(error) => {

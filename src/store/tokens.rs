@@ -118,7 +118,6 @@ async fn grant_of(pool: &PgPool, hash: &[u8; 32]) -> Result<Option<Grant>, CoreE
     }))
 }
 
-
 /// One live token's cached grant.
 struct CachedGrant {
     grant: Grant,
@@ -278,7 +277,10 @@ impl Shared {
             return Ok(answer);
         }
         let _permit = if queue {
-            self.lookups.acquire().await.map_err(|_| too_many_lookups())?
+            self.lookups
+                .acquire()
+                .await
+                .map_err(|_| too_many_lookups())?
         } else {
             self.lookups.try_acquire().map_err(|_| too_many_lookups())?
         };
@@ -445,7 +447,10 @@ mod tests {
         let answer = shared.answer(&hash(0), false).await.expect("cached");
         assert_eq!(answer, Some(grant("live")));
         // The last unknown hashes are still answered from the cache too.
-        assert_eq!(shared.answer(&hash(20_000), false).await.expect("cached"), None);
+        assert_eq!(
+            shared.answer(&hash(20_000), false).await.expect("cached"),
+            None
+        );
         assert_eq!(shared.lookups_made.load(Ordering::Relaxed), 0);
         // A hash the cache does not hold is looked up (and here fails).
         assert!(shared.answer(&hash(1), false).await.is_err());
@@ -495,10 +500,7 @@ mod tests {
     async fn lookups_beyond_the_limit_are_refused_or_queued() {
         let shared = unreachable();
         let held = shared.lookups.acquire_many(2).await.expect("permits");
-        let refused = shared
-            .answer(&hash(1), false)
-            .await
-            .expect_err("no permit");
+        let refused = shared.answer(&hash(1), false).await.expect_err("no permit");
         assert_eq!(refused.kind, ErrorKind::RateLimited);
         assert_eq!(shared.lookups_made.load(Ordering::Relaxed), 0);
         // A stream's check waits for a permit instead.

@@ -27,7 +27,7 @@ fn role_of(operation: &str) -> Role {
 }
 
 /// The request's token: the bearer header first, then the session cookie.
-fn token(headers: &HeaderMap) -> Option<String> {
+pub(super) fn token(headers: &HeaderMap) -> Option<String> {
     crate::middleware::bearer(headers)
         .map(str::to_string)
         .or_else(|| {
