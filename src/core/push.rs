@@ -6,7 +6,8 @@
 //! Each stream is a loop driven by the response body: when the client goes away the body, and
 //! with it the loop, is dropped, so nothing more is claimed (jobs it had claimed come back when
 //! their lease ends). A core error ends the stream with that error; server shutdown ends it with
-//! `unavailable` once what was already claimed has been handed over. Waiting uses the long polls
+//! `unavailable` once what was already claimed has been handed over; the revocation of the token
+//! that opened it ends it with `unauthenticated` at once. Waiting uses the long polls
 //! of `Service::fetch` and `Service::receive` (LISTEN/NOTIFY wake-ups), and short polls for what
 //! has no notification (acks, the event log).
 
@@ -25,6 +26,7 @@ use crate::core::events::{Cursor, Event, EventQuery, parse_cursor};
 use crate::core::stream::{Batch, MAX_RECEIVE_WAIT_MS, Receive};
 use crate::core::validate::parse_job_id;
 use crate::core::{CoreError, ErrorKind, FetchJobs, Job, JobState, Service, StreamSlot};
+use crate::store::tokens::TokenCheck;
 
 /// How often a `StreamJobs` stream at its cap looks for acks, nacks and cancels in the event log.
 pub const SETTLE_INTERVAL: Duration = Duration::from_millis(250);
@@ -41,6 +43,10 @@ pub const EVENT_POLL_INTERVAL: Duration = Duration::from_millis(250);
 pub const KEEPALIVE_INTERVAL: Duration = Duration::from_secs(15);
 /// How often `ReceiveStream` re-checks whether the batch it sent is still active.
 pub const BATCH_RECHECK: Duration = Duration::from_millis(200);
+/// How often a stream asks whether its token is still live (from the gateway's token cache,
+/// which a revocation invalidates at once; without a listener its answers last 500 ms), so a
+/// revoked token's streams end within a second, as its requests are refused.
+pub const REVOCATION_CHECK: Duration = Duration::from_millis(250);
 
 /// Page size when reading the event log.
 const EVENT_PAGE: i64 = 1000;
@@ -58,27 +64,97 @@ const SETTLING_EVENTS: [&str; 4] = [
     "job.started",
 ];
 
-/// Server shutdown as the streams see it; never fires when no signal was wired.
+/// What ends a stream from outside: the server's shutdown and, with auth on, the revocation
+/// of the token that opened it (re-checked every `REVOCATION_CHECK`). Without a signal wired
+/// the shutdown never fires; without a token nothing is re-checked.
 #[derive(Clone, Debug, Default)]
-pub struct Shutdown(Option<watch::Receiver<bool>>);
+pub struct Shutdown {
+    signal: Option<watch::Receiver<bool>>,
+    token: Option<TokenCheck>,
+    next_check: Option<Instant>,
+}
 
 impl Shutdown {
     /// Fires once `signal` holds true.
     pub fn new(signal: watch::Receiver<bool>) -> Self {
-        Shutdown(Some(signal))
+        Shutdown {
+            signal: Some(signal),
+            ..Shutdown::default()
+        }
+    }
+
+    /// Also ends the stream once `token` (the one the stream was opened with) is revoked.
+    pub fn with_token(mut self, token: Option<TokenCheck>) -> Self {
+        self.token = token;
+        self.next_check = None;
+        self
     }
 
     /// Resolves when the server starts shutting down.
     pub async fn requested(&mut self) {
-        let fired = match &mut self.0 {
-            Some(signal) => signal.wait_for(|stop| *stop).await.is_ok(),
-            None => false,
-        };
-        if !fired {
-            // No signal wired, or its sender is gone: no shutdown will ever be announced.
-            std::future::pending::<()>().await;
+        requested(&mut self.signal).await;
+    }
+
+    /// Whether the server has started shutting down.
+    pub fn is_requested(&self) -> bool {
+        self.signal.as_ref().is_some_and(|signal| *signal.borrow())
+    }
+
+    /// Resolves when the stream must end, with the error that ends it: `unavailable` at
+    /// shutdown, `unauthenticated` once its token is revoked.
+    pub async fn ended(&mut self) -> CoreError {
+        tokio::select! {
+            biased;
+            () = requested(&mut self.signal) => shutting_down(),
+            () = revoked(&self.token, &mut self.next_check) => token_revoked(),
         }
     }
+
+    /// `unauthenticated` when a re-check of the token is due and finds it revoked (or one is
+    /// not due, `None`): between items, so a stream with more to hand over stops all the same.
+    async fn revoked_now(&mut self) -> Option<CoreError> {
+        let token = self.token.as_ref()?;
+        if self.next_check.is_some_and(|at| Instant::now() < at) {
+            return None;
+        }
+        let live = token.is_live().await;
+        self.next_check = Some(Instant::now() + REVOCATION_CHECK);
+        (!live).then(token_revoked)
+    }
+}
+
+/// Resolves when the server starts shutting down; never without a signal or once its sender
+/// is gone (no shutdown will be announced then).
+async fn requested(signal: &mut Option<watch::Receiver<bool>>) {
+    let fired = match signal {
+        Some(signal) => signal.wait_for(|stop| *stop).await.is_ok(),
+        None => false,
+    };
+    if !fired {
+        std::future::pending::<()>().await;
+    }
+}
+
+/// Resolves when a re-check finds `token` revoked; never without one. `next_check` survives
+/// the future, so re-creating it each step neither delays nor repeats a check.
+async fn revoked(token: &Option<TokenCheck>, next_check: &mut Option<Instant>) {
+    let Some(token) = token else {
+        return std::future::pending::<()>().await;
+    };
+    loop {
+        if let Some(at) = *next_check {
+            tokio::time::sleep_until(at).await;
+        }
+        let live = token.is_live().await;
+        *next_check = Some(Instant::now() + REVOCATION_CHECK);
+        if !live {
+            return;
+        }
+    }
+}
+
+fn token_revoked() -> CoreError {
+    CoreError::new(ErrorKind::Unauthenticated, "the token was revoked")
 }
 
 fn shutting_down() -> CoreError {
@@ -91,8 +167,9 @@ trait Pump: Send + 'static {
     fn step(&mut self) -> impl Future<Output = Result<Vec<Self::Item>, CoreError>> + Send;
 }
 
-/// The stream of a pump's items, starting with `first`; ends after an error or at shutdown.
-/// The stream holds `slot` (its place under `max_streams`) until it is dropped.
+/// The stream of a pump's items, starting with `first`; ends after an error, at shutdown or
+/// once the token that opened it is revoked. The stream holds `slot` (its place under
+/// `max_streams`) until it is dropped.
 fn drive<P: Pump>(
     pump: P,
     first: Vec<P::Item>,
@@ -106,14 +183,19 @@ fn drive<P: Pump>(
             if done {
                 return None;
             }
+            // A revoked token gets nothing more, not even what was already claimed.
+            if let Some(e) = shutdown.revoked_now().await {
+                return Some((Err(e), ((pump, slot), ready, shutdown, true)));
+            }
             loop {
                 // What was already produced (claimed jobs) is handed over before anything else.
                 if let Some(item) = ready.pop_front() {
                     return Some((Ok(item), ((pump, slot), ready, shutdown, false)));
                 }
+                // The step runs on while the token re-checks find it live.
                 let stepped = tokio::select! {
                     biased;
-                    _ = shutdown.requested() => Err(shutting_down()),
+                    e = shutdown.ended() => Err(e),
                     result = pump.step() => result,
                 };
                 match stepped {

@@ -63,13 +63,14 @@ fn admission_slot<T>(request: &tonic::Request<T>) -> crate::middleware::Admissio
         .unwrap_or_default()
 }
 
-/// The server's shutdown signal, which ends long-lived streams.
+/// The server's shutdown signal and the request's token, which end long-lived streams.
 fn shutdown_signal<T>(request: &tonic::Request<T>) -> push::Shutdown {
-    request
-        .extensions()
-        .get::<push::Shutdown>()
-        .cloned()
-        .unwrap_or_default()
+    let extensions = request.extensions();
+    let token = extensions
+        .get::<crate::store::tokens::TokenCheck>()
+        .cloned();
+    let shutdown = extensions.get::<push::Shutdown>().cloned();
+    shutdown.unwrap_or_default().with_token(token)
 }
 
 /// Takes the request's per-queue admission permits (a gRPC message names its queues only once

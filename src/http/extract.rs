@@ -24,6 +24,8 @@ pub struct RequestContext {
     pub trace: Option<TraceContext>,
     /// The token scope and per-queue permits of the request.
     pub queues: QueueAdmission,
+    /// The request's token (auth on), for long-lived streams to ask again whether it is live.
+    pub token: Option<crate::store::tokens::TokenCheck>,
 }
 
 impl RequestContext {
@@ -67,6 +69,10 @@ impl<S: Send + Sync> FromRequestParts<S> for RequestContext {
                     state: t.state.clone(),
                 }),
             queues: QueueAdmission::of(&parts.extensions),
+            token: parts
+                .extensions
+                .get::<crate::store::tokens::TokenCheck>()
+                .cloned(),
         })
     }
 }

@@ -803,8 +803,8 @@ impl api::HttpApi for HttpAdapter {
             limit: query.limit,
         };
         if event_stream {
-            let events =
-                push::follow_events(self.service.clone(), wanted, self.shutdown.clone()).await?;
+            let ends = self.shutdown.clone().with_token(ctx.token.clone());
+            let events = push::follow_events(self.service.clone(), wanted, ends).await?;
             // A stream lasts as long as its client: it holds no admission slot.
             ctx.admission.release();
             return Ok(api::ListEventsResponse::OkEventStream(super::event_stream(

@@ -7,7 +7,7 @@
 use super::Operation;
 use crate::core::access::token_hash;
 use crate::core::{CoreError, ErrorKind, Grant, Role};
-use crate::store::tokens::TokenCache;
+use crate::store::tokens::{TokenCache, TokenCheck};
 
 /// Token checking of one server.
 pub struct Auth {
@@ -32,12 +32,13 @@ pub fn bearer(headers: &http::HeaderMap) -> Option<&str> {
 
 impl Auth {
     /// The grant of a request for `op`: `None` for a public operation, else the live token's
-    /// grant holding the operation's role, or the refusal.
+    /// grant holding the operation's role, with the check long-lived streams repeat so that a
+    /// revocation ends them too; or the refusal.
     pub async fn authenticate(
         &self,
         op: Operation,
         headers: &http::HeaderMap,
-    ) -> Result<Option<Grant>, CoreError> {
+    ) -> Result<Option<(Grant, TokenCheck)>, CoreError> {
         // `--metrics-open` lets scrapers in without a token.
         let role = if op.id == METRICS_OPERATION && self.metrics_open {
             Role::Public
@@ -53,12 +54,15 @@ impl Auth {
                 format!("{} needs a token with role {}", op.id, role.name()),
             ));
         };
-        match self.tokens.grant(&token_hash(token)).await? {
+        let hash = token_hash(token);
+        match self.tokens.grant(&hash).await? {
             None => Err(CoreError::new(
                 ErrorKind::Unauthenticated,
                 "the token is unknown or revoked",
             )),
-            Some(grant) => grant.require_role(role, op.id).map(|()| Some(grant)),
+            Some(grant) => grant
+                .require_role(role, op.id)
+                .map(|()| Some((grant, self.tokens.check(&hash)))),
         }
     }
 }

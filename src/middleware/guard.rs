@@ -107,8 +107,9 @@ impl Guard {
         };
         if let Some(auth) = &state.auth {
             match auth.authenticate(op, request.headers()).await {
-                Ok(Some(grant)) => {
+                Ok(Some((grant, check))) => {
                     request.extensions_mut().insert(grant);
+                    request.extensions_mut().insert(check);
                 }
                 Ok(None) => {}
                 Err(error) => return refuse(&state, op, error, request).await,

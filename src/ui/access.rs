@@ -17,7 +17,7 @@ use crate::core::{CoreError, ErrorKind, Grant};
 pub const TOKEN_COOKIE: &str = "pgvs3_token";
 
 /// The request's token: the bearer header first, then the session cookie.
-fn token(headers: &HeaderMap) -> Option<String> {
+pub(super) fn token(headers: &HeaderMap) -> Option<String> {
     crate::middleware::bearer(headers)
         .map(str::to_string)
         .or_else(|| {

@@ -1,5 +1,6 @@
 //! `/ui/live`: the overview's counts pushed as server-sent events (`counts`, a JSON object by
-//! queue name) for the page's `EventSource`, until the page closes or the server shuts down.
+//! queue name) for the page's `EventSource`, until the page closes, the server shuts down or
+//! the token is revoked (re-checked as the API's streams re-check theirs, `core::push`).
 
 use std::collections::HashMap;
 use std::convert::Infallible;
@@ -13,8 +14,12 @@ use axum::response::{IntoResponse, Response};
 use http::HeaderMap;
 use serde_json::{Map, Value};
 
+use super::access::token;
 use super::pages::overview;
 use super::{UiError, UiState};
+use crate::core::ErrorKind;
+use crate::core::access::token_hash;
+use crate::core::push::Shutdown;
 
 /// How often the counts are read again. Each read counts every listed queue's jobs, so it is
 /// not much more often than a person looks.
@@ -34,21 +39,31 @@ pub async fn counts(
         Ok(slot) => slot,
         Err(error) => return ui.render(Err(UiError::Core(error))),
     };
-    let shutdown = ui.shutdown.clone();
-    let state = (ui, headers, cursor, slot, shutdown, true);
+    let check = (ui.stack.auth.as_ref())
+        .zip(token(&headers))
+        .map(|(auth, token)| auth.tokens.check(&token_hash(&token)));
+    let ends = Shutdown::new(ui.shutdown.clone()).with_token(check);
+    let state = (ui, headers, cursor, slot, ends, true);
     // The state is `None` after an error frame, which ends the stream.
     let frames = futures_util::stream::unfold(Some(state), |state| async move {
-        let (ui, headers, cursor, slot, mut shutdown, first) = state?;
+        let (ui, headers, cursor, slot, mut ends, first) = state?;
         if !first {
             tokio::select! {
                 _ = tokio::time::sleep(LIVE_INTERVAL) => {}
-                _ = shutdown.wait_for(|stopping| *stopping) => return None,
+                error = ends.ended() => {
+                    // A shutdown just ends the stream; a revoked token is told why.
+                    if error.kind == ErrorKind::Unavailable {
+                        return None;
+                    }
+                    let frame = Event::default().event("error").data(error.message);
+                    return Some((Ok(frame), None));
+                }
             }
         }
-        if *shutdown.borrow() {
+        if ends.is_requested() {
             return None;
         }
-        // The grant is checked on every read, so a revoked token stops the counts.
+        // The grant (its role too) is checked on every read as well.
         let read = match ui.allow(&headers, "listQueues", None).await {
             Ok(grant) => overview(&ui, &grant, cursor.clone())
                 .await
@@ -73,7 +88,7 @@ pub async fn counts(
             }
             Err(message) => (Event::default().event("error").data(message), false),
         };
-        let next = go_on.then_some((ui, headers, cursor, slot, shutdown, false));
+        let next = go_on.then_some((ui, headers, cursor, slot, ends, false));
         Some((Ok::<_, Infallible>(frame), next))
     });
     Sse::new(frames)

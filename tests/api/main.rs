@@ -34,6 +34,7 @@ mod push_delivery;
 mod python_stubs;
 mod quotas;
 mod replica;
+mod revocation;
 mod stream_parity;
 mod streams;
 mod tls;
