@@ -33,6 +33,7 @@ mod push_delivery;
 mod python_stubs;
 mod quotas;
 mod replica;
+mod scopes;
 mod stream_parity;
 mod streams;
 mod tls;
