@@ -204,4 +204,26 @@ mod tests {
         assert!(validate_grant("", &["admin".into()], &[]).is_err());
         assert!(validate_grant("w", &["admin".into()], &["a b".into()]).is_err());
     }
+
+    #[test]
+    fn tokens_are_created_only_within_the_callers_roles_and_scope() {
+        let grant = |roles: &[Role], queues: &[&str]| Grant {
+            name: "t".into(),
+            roles: roles.to_vec(),
+            queues: queues.iter().map(|q| q.to_string()).collect(),
+        };
+        let billing_admin = grant(&[Role::Admin], &["billing.*"]);
+        let within = |caller: &Grant, wanted: &Grant| require_within(Some(caller), wanted);
+        assert!(within(&billing_admin, &grant(&[Role::Admin], &["billing.eu.*"])).is_ok());
+        for wider in [&[][..], &["billing*"], &["*"], &["billing.eu.*", "mail"]] {
+            let refused = within(&billing_admin, &grant(&[Role::Reader], wider)).unwrap_err();
+            assert_eq!(refused.kind, ErrorKind::Forbidden, "{wider:?}");
+        }
+        let reader = grant(&[Role::Reader, Role::Worker], &[]);
+        assert!(within(&reader, &grant(&[Role::Worker], &["a"])).is_ok());
+        let refused = within(&reader, &grant(&[Role::Producer], &[])).unwrap_err();
+        assert_eq!(refused.kind, ErrorKind::Forbidden);
+        assert!(refused.message.contains("producer"));
+        assert!(require_within(None, &grant(&[Role::Admin], &[])).is_ok());
+    }
 }
