@@ -76,6 +76,14 @@ BEGIN
 END
 $$;
 
+-- Whether `queue` is in a token's scope: `patterns` are its queue patterns in SQL LIKE form
+-- (model::access::Scope::like_patterns), NULL for every queue. A row without a queue is in no
+-- token's scope.
+CREATE OR REPLACE FUNCTION s3p.in_scope(queue text, patterns text[]) RETURNS boolean
+LANGUAGE sql IMMUTABLE AS $$
+    SELECT patterns IS NULL OR coalesce(queue LIKE ANY (patterns), false)
+$$;
+
 -- Schema names hold only [a-z0-9._-] and stay within PostgreSQL's 63-byte identifier limit: a
 -- long queue name, or one with other characters (a direct SQL caller may send any text), gets a
 -- cleaned name with a hash suffix. So the template text never meets a quote or a dollar sign.

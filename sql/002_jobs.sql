@@ -359,17 +359,19 @@ $$;
 -- Queue namespaces, by name.
 DROP FUNCTION IF EXISTS s3p.list_queues();
 DROP FUNCTION IF EXISTS s3p.list_queues(boolean);
--- Queues by name after `after` (NULL: from the first), at most `page_size` (NULL: all); with
--- `count_available`, also the jobs a fetch could claim now (a count per listed queue, so only when
--- asked).
+DROP FUNCTION IF EXISTS s3p.list_queues(boolean, text, int);
+-- Queues by name after `after` (NULL: from the first), at most `page_size` (NULL: all), of those
+-- in `scope` (s3p.in_scope; NULL: all); with `count_available`, also the jobs a fetch could claim
+-- now (a count per listed queue, so only when asked).
 CREATE OR REPLACE FUNCTION s3p.list_queues(count_available boolean, after text DEFAULT NULL,
-                                           page_size int DEFAULT NULL)
+                                           page_size int DEFAULT NULL, scope text[] DEFAULT NULL)
 RETURNS TABLE (name text, paused boolean, created_at timestamptz, available bigint)
 LANGUAGE plpgsql STABLE AS $$
 DECLARE
     q s3p.queues;
 BEGIN
-    FOR q IN SELECT * FROM s3p.queues WHERE after IS NULL OR s3p.queues.name > after
+    FOR q IN SELECT * FROM s3p.queues WHERE (after IS NULL OR s3p.queues.name > after)
+                                          AND s3p.in_scope(s3p.queues.name, scope)
               ORDER BY s3p.queues.name LIMIT page_size LOOP
         name := q.name;
         paused := q.paused;
@@ -411,20 +413,24 @@ BEGIN
 END
 $$;
 
--- SQL selecting the dead letters of one queue or of all queues, or NULL when there are none.
-CREATE OR REPLACE FUNCTION s3p.dead_letter_source(queue text) RETURNS text
+-- SQL selecting the dead letters of one queue or of all queues in `scope` (s3p.in_scope), or
+-- NULL when there are none.
+DROP FUNCTION IF EXISTS s3p.dead_letter_source(text);
+CREATE OR REPLACE FUNCTION s3p.dead_letter_source(queue text, scope text[]) RETURNS text
 LANGUAGE sql STABLE AS $$
     SELECT string_agg(format('SELECT * FROM %I.dead_letters()', q.schema_name), ' UNION ALL ')
-      FROM s3p.queues q WHERE queue IS NULL OR q.name = queue
+      FROM s3p.queues q WHERE (queue IS NULL OR q.name = queue) AND s3p.in_scope(q.name, scope)
 $$;
 
 -- A page of dead letters across queues (or of one queue), newest first. `skip` is a bigint: a
 -- client's offset may be anything a page cursor can say.
 DROP FUNCTION IF EXISTS s3p.dead_letters(text, int, int);
-CREATE OR REPLACE FUNCTION s3p.dead_letters(queue text, max int, skip bigint) RETURNS SETOF s3p.job
+DROP FUNCTION IF EXISTS s3p.dead_letters(text, int, bigint);
+CREATE OR REPLACE FUNCTION s3p.dead_letters(queue text, max int, skip bigint, scope text[] DEFAULT NULL)
+RETURNS SETOF s3p.job
 LANGUAGE plpgsql STABLE AS $$
 DECLARE
-    source text := s3p.dead_letter_source(queue);
+    source text := s3p.dead_letter_source(queue, scope);
 BEGIN
     IF source IS NOT NULL THEN
         RETURN QUERY EXECUTE format(
@@ -434,11 +440,12 @@ BEGIN
 END
 $$;
 
--- How many dead letters there are (in one queue, or in all).
-CREATE OR REPLACE FUNCTION s3p.dead_letter_count(queue text) RETURNS bigint
+-- How many dead letters there are (in one queue, or in all in `scope`).
+DROP FUNCTION IF EXISTS s3p.dead_letter_count(text);
+CREATE OR REPLACE FUNCTION s3p.dead_letter_count(queue text, scope text[] DEFAULT NULL) RETURNS bigint
 LANGUAGE plpgsql STABLE AS $$
 DECLARE
-    source text := s3p.dead_letter_source(queue);
+    source text := s3p.dead_letter_source(queue, scope);
     total bigint := 0;
 BEGIN
     IF source IS NOT NULL THEN

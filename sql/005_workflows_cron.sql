@@ -136,6 +136,23 @@ BEGIN
 END
 $$;
 
+-- The queues a workflow's jobs land in (its steps' and its callbacks'); a scoped token sees the
+-- workflow only when it covers all of them.
+CREATE OR REPLACE FUNCTION s3p.workflow_queues(wf_id uuid) RETURNS text[]
+LANGUAGE sql STABLE AS $$
+    SELECT coalesce(array_agg(DISTINCT q), '{}')
+      FROM (SELECT s.job->>'queue' AS q FROM s3p.workflow_steps s WHERE s.workflow_id = wf_id
+            UNION ALL
+            SELECT c.value->>'queue' FROM s3p.workflows w, jsonb_each(w.callbacks) c WHERE w.id = wf_id) t
+$$;
+
+-- Whether every queue of a workflow is in `scope` (s3p.in_scope).
+CREATE OR REPLACE FUNCTION s3p.workflow_in_scope(wf_id uuid, scope text[]) RETURNS boolean
+LANGUAGE sql STABLE AS $$
+    SELECT scope IS NULL OR NOT EXISTS (
+        SELECT 1 FROM unnest(s3p.workflow_queues(wf_id)) q WHERE NOT s3p.in_scope(q, scope))
+$$;
+
 -- Locks a job's row, wherever its queue is; false when the job is gone.
 CREATE OR REPLACE FUNCTION s3p.lock_job(job_id uuid) RETURNS boolean
 LANGUAGE plpgsql AS $$
@@ -230,19 +247,31 @@ BEGIN
 END
 $$;
 
-CREATE OR REPLACE FUNCTION s3p.cron_unregister(cron_name text) RETURNS SETOF s3p.cron_jobs
+-- The queue a cron entry's jobs land in (its template's `options.queue`, else `default`).
+CREATE OR REPLACE FUNCTION s3p.cron_queue(c s3p.cron_jobs) RETURNS text
+LANGUAGE sql IMMUTABLE AS $$
+    SELECT coalesce(c.job_template->'options'->>'queue', 'default')
+$$;
+
+-- Removes a cron entry; one whose queue is outside `scope` (s3p.in_scope) is not found.
+DROP FUNCTION IF EXISTS s3p.cron_unregister(text);
+CREATE OR REPLACE FUNCTION s3p.cron_unregister(cron_name text, scope text[] DEFAULT NULL)
+RETURNS SETOF s3p.cron_jobs
 LANGUAGE plpgsql AS $$
 BEGIN
-    RETURN QUERY DELETE FROM s3p.cron_jobs c WHERE c.name = cron_name RETURNING *;
+    RETURN QUERY DELETE FROM s3p.cron_jobs c
+                  WHERE c.name = cron_name AND s3p.in_scope(s3p.cron_queue(c), scope) RETURNING *;
     IF NOT FOUND THEN
         RAISE EXCEPTION 'cron job % not found', cron_name USING ERRCODE = 'PV404';
     END IF;
 END
 $$;
 
-CREATE OR REPLACE FUNCTION s3p.cron_list() RETURNS SETOF s3p.cron_jobs
+-- The cron entries whose queue is in `scope` (s3p.in_scope), in name order.
+DROP FUNCTION IF EXISTS s3p.cron_list();
+CREATE OR REPLACE FUNCTION s3p.cron_list(scope text[] DEFAULT NULL) RETURNS SETOF s3p.cron_jobs
 LANGUAGE sql STABLE AS $$
-    SELECT * FROM s3p.cron_jobs ORDER BY name
+    SELECT * FROM s3p.cron_jobs c WHERE s3p.in_scope(s3p.cron_queue(c), scope) ORDER BY c.name
 $$;
 
 CREATE OR REPLACE FUNCTION s3p.cron_due(max int) RETURNS SETOF s3p.cron_jobs

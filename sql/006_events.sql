@@ -92,9 +92,11 @@ $$;
 
 -- Events after a cursor (after_txid, after_seq), filtered (NULL = any), in log order, up to the
 -- horizon.
+-- `scope` (s3p.in_scope) leaves out the events of queues outside a token's scope.
 DROP FUNCTION IF EXISTS s3p.events_page(bigint, text[], text[], text[], int);
+DROP FUNCTION IF EXISTS s3p.events_page(bigint, bigint, text[], text[], text[], int);
 CREATE OR REPLACE FUNCTION s3p.events_page(after_txid bigint, after_seq bigint, types text[], queues text[],
-                                           job_types text[], page_size int)
+                                           job_types text[], page_size int, scope text[] DEFAULT NULL)
 RETURNS TABLE (txid bigint, seq bigint, id uuid, type text, job_id uuid, queue text, job_type text,
                data jsonb, "time" timestamptz)
 LANGUAGE sql STABLE AS $$
@@ -105,6 +107,7 @@ LANGUAGE sql STABLE AS $$
        AND (types IS NULL OR e.type = ANY (types))
        AND (queues IS NULL OR e.queue = ANY (queues))
        AND (job_types IS NULL OR e.job_type = ANY (job_types))
+       AND s3p.in_scope(e.queue, scope)
      ORDER BY e.txid, e.seq
      LIMIT page_size
 $$;

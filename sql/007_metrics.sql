@@ -3,8 +3,11 @@
 -- rotations, and each consumer's lag (ticks and events behind its cursor). A page at a time, each
 -- its own statement, because reading a queue locks its tables until the transaction ends: one
 -- call over ~1,000 queues ran out of PostgreSQL's shared lock table.
+-- `scope` (s3p.in_scope) keeps to the queues of a token's scope.
 DROP FUNCTION IF EXISTS s3p.metrics_snapshot();
-CREATE OR REPLACE FUNCTION s3p.metrics_snapshot(after text, page_size int) RETURNS jsonb
+DROP FUNCTION IF EXISTS s3p.metrics_snapshot(text, int);
+CREATE OR REPLACE FUNCTION s3p.metrics_snapshot(after text, page_size int, scope text[] DEFAULT NULL)
+RETURNS jsonb
 LANGUAGE plpgsql STABLE AS $$
 DECLARE
     q record;
@@ -13,7 +16,8 @@ DECLARE
     out jsonb := '[]'::jsonb;
 BEGIN
     FOR q IN SELECT name, schema_name FROM s3p.queues
-              WHERE after IS NULL OR name > after ORDER BY name LIMIT page_size LOOP
+              WHERE (after IS NULL OR name > after) AND s3p.in_scope(name, scope)
+              ORDER BY name LIMIT page_size LOOP
         EXECUTE format('SELECT coalesce(jsonb_object_agg(state, n), ''{}'') FROM
                           (SELECT state, count(*) AS n FROM %I.jobs GROUP BY state) s', q.schema_name)
             INTO jobs;

@@ -28,8 +28,10 @@ LANGUAGE sql STABLE AS $$
      LIMIT page_size
 $$;
 
--- The newest `page_size` workflows with their progress, newest first.
-CREATE OR REPLACE FUNCTION s3p.workflows_page(page_size int) RETURNS jsonb
+-- The newest `page_size` workflows with their progress, newest first, of those whose queues are
+-- all in `scope` (s3p.workflow_in_scope).
+DROP FUNCTION IF EXISTS s3p.workflows_page(int);
+CREATE OR REPLACE FUNCTION s3p.workflows_page(page_size int, scope text[] DEFAULT NULL) RETURNS jsonb
 LANGUAGE sql STABLE AS $$
     SELECT coalesce(jsonb_agg(w.view ORDER BY w.created_at DESC, w.id), '[]')
       FROM (SELECT w.id, w.created_at,
@@ -40,6 +42,7 @@ LANGUAGE sql STABLE AS $$
                        'steps_completed', (SELECT count(*) FROM s3p.workflow_steps s
                                             WHERE s.workflow_id = w.id AND s.state = 'completed')) AS view
               FROM s3p.workflows w
+             WHERE s3p.workflow_in_scope(w.id, scope)
              ORDER BY w.created_at DESC, w.id
              LIMIT page_size) w
 $$;

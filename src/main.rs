@@ -6,7 +6,7 @@ use std::time::Duration;
 use clap::Parser;
 use pgvs3::cluster::{ClusterOptions, PrivateCluster};
 use pgvs3::config::{Cli, Command, DatabaseArgs, MaintainArgs, ServeArgs, TokenAction, TokenArgs};
-use pgvs3::core::ServiceSettings;
+use pgvs3::core::{Scope, ServiceSettings};
 use pgvs3::server::{self, ServerSettings};
 use pgvs3::store::Store;
 
@@ -172,7 +172,7 @@ async fn token(args: TokenArgs) -> Result<(), String> {
                 name,
             } => {
                 service
-                    .create_token(name.as_deref(), &roles, &queues)
+                    .create_token(None, name.as_deref(), &roles, &queues)
                     .await
                     .map(|created| {
                         // The token goes to stdout alone, so `$(pgvs3 token create ...)` captures it.
@@ -185,7 +185,7 @@ async fn token(args: TokenArgs) -> Result<(), String> {
                         );
                     })
             }
-            TokenAction::List => service.list_tokens().await.map(|tokens| {
+            TokenAction::List => service.list_tokens(&Scope::all()).await.map(|tokens| {
                 for record in tokens {
                     println!(
                         "{}",
@@ -200,7 +200,7 @@ async fn token(args: TokenArgs) -> Result<(), String> {
                 }
             }),
             TokenAction::Revoke { name } => service
-                .revoke_token(&name)
+                .revoke_token(&Scope::all(), &name)
                 .await
                 .map(|()| eprintln!("pgvs3: token {name} revoked")),
         };

@@ -8,13 +8,17 @@ use std::sync::atomic::Ordering::Relaxed;
 
 use axum::extract::State;
 use axum::response::{IntoResponse, Response};
+use prometheus_client::encoding::{EncodeMetric, MetricEncoder};
 use prometheus_client::metrics::counter::{ConstCounter, Counter};
 use prometheus_client::metrics::family::Family;
 use prometheus_client::metrics::gauge::{ConstGauge, Gauge};
+use prometheus_client::metrics::histogram::Histogram;
+use prometheus_client::metrics::{MetricType, TypedMetric};
 use prometheus_client::registry::{Registry, Unit};
 use serde_json::Value;
 
-use crate::core::Service;
+use crate::core::timings::{QueueHistograms, QueueLabel};
+use crate::core::{Scope, Service};
 use crate::middleware::StackState;
 
 /// The media type of the exposition (OpenMetrics text).
@@ -90,8 +94,62 @@ fn register_grouping(stats: &crate::store::GroupingStats, registry: &mut Registr
     );
 }
 
-/// The maintenance totals of this gateway's passes.
-fn register_maintenance(totals: &crate::core::MaintenanceTotals, registry: &mut Registry) {
+/// Some series of a histogram family by queue: those of the queues a scoped token sees.
+#[derive(Debug)]
+struct QueueSeries(Vec<(QueueLabel, Histogram)>);
+
+impl QueueSeries {
+    /// The series of `family` for `queues` (those it has).
+    fn of<'a>(family: &QueueHistograms, queues: impl IntoIterator<Item = &'a str>) -> Self {
+        QueueSeries(
+            queues
+                .into_iter()
+                .filter_map(|queue| {
+                    let label = QueueLabel {
+                        queue: queue.to_string(),
+                    };
+                    let histogram = family.get(&label)?.clone();
+                    Some((label, histogram))
+                })
+                .collect(),
+        )
+    }
+}
+
+impl TypedMetric for QueueSeries {
+    const TYPE: MetricType = MetricType::Histogram;
+}
+
+impl EncodeMetric for QueueSeries {
+    fn encode(&self, mut encoder: MetricEncoder) -> Result<(), std::fmt::Error> {
+        for (label, histogram) in &self.0 {
+            histogram.encode(encoder.encode_family(label)?)?;
+        }
+        Ok(())
+    }
+
+    fn metric_type(&self) -> MetricType {
+        MetricType::Histogram
+    }
+}
+
+/// The queue names of a database snapshot.
+fn snapshot_queues(snapshot: &Value) -> impl Iterator<Item = &str> {
+    snapshot
+        .get("queues")
+        .and_then(Value::as_array)
+        .into_iter()
+        .flatten()
+        .filter_map(|q| q.get("queue").and_then(Value::as_str))
+}
+
+/// The maintenance totals of this gateway's passes (failures only of queues in `scope`; the
+/// shared step's only for every-queue scopes).
+fn register_maintenance(
+    totals: &crate::core::MaintenanceTotals,
+    scope: &Scope,
+    registry: &mut Registry,
+) {
     for (name, help, value) in [
         (
             "pgvs3_maintenance_passes",
@@ -129,7 +187,7 @@ fn register_maintenance(totals: &crate::core::MaintenanceTotals, registry: &mut 
     registry.register(
         "pgvs3_maintenance_failures",
         "Maintenance steps that failed and were skipped (the pass went on), by queue; step shared is the database-wide step",
-        counters(failures.into_iter().map(|(queue, n)| {
+        counters(failures.into_iter().filter(|(queue, _)| if queue.is_empty() { scope.is_all() } else { scope.covers(queue) }).map(|(queue, n)| {
             let labels = if queue.is_empty() {
                 vec![("step", "shared".to_string())]
             } else {
@@ -142,7 +200,10 @@ fn register_maintenance(totals: &crate::core::MaintenanceTotals, registry: &mut 
 
 // One registry per scrape: the long-lived families are shared clones, the rest are read now
 // (atomics, the database snapshot), so no state outlives the scrape and nothing is registered twice.
-async fn scrape(State(state): State<MetricsState>) -> Response {
+// A token scoped to some queues sees only their series (request counts name no queue).
+async fn scrape(State(state): State<MetricsState>, request: axum::extract::Request) -> Response {
+    let scope = crate::middleware::QueueAdmission::of(request.extensions()).scope();
+    let snapshot = state.service.metrics_snapshot(&scope).await;
     let mut registry = Registry::default();
     let requests = &state.stack.metrics;
     registry.register(
@@ -157,19 +218,29 @@ async fn scrape(State(state): State<MetricsState>) -> Response {
         requests.duration.clone(),
     );
     let timings = state.service.job_timings();
-    registry.register_with_unit(
-        "pgvs3_job_wait",
-        "Time from when a job was due to its fetch by a worker, by queue",
-        Unit::Seconds,
-        timings.wait.clone(),
-    );
-    registry.register_with_unit(
-        "pgvs3_job_run",
-        "Time from a job's fetch to its ack, by queue",
-        Unit::Seconds,
-        timings.run.clone(),
-    );
-    register_maintenance(state.service.maintenance_totals(), &mut registry);
+    for (name, help, family) in [
+        (
+            "pgvs3_job_wait",
+            "Time from when a job was due to its fetch by a worker, by queue",
+            &timings.wait,
+        ),
+        (
+            "pgvs3_job_run",
+            "Time from a job's fetch to its ack, by queue",
+            &timings.run,
+        ),
+    ] {
+        if scope.is_all() {
+            registry.register_with_unit(name, help, Unit::Seconds, family.clone());
+        } else {
+            let queues = snapshot
+                .as_ref()
+                .map(|(s, _)| snapshot_queues(s).collect::<Vec<_>>());
+            let series = QueueSeries::of(family, queues.unwrap_or_default());
+            registry.register_with_unit(name, help, Unit::Seconds, series);
+        }
+    }
+    register_maintenance(state.service.maintenance_totals(), &scope, &mut registry);
     register_grouping(&state.service.grouping_stats(), &mut registry);
     registry.register(
         "pgvs3_lock_conflict_retries",
@@ -181,7 +252,7 @@ async fn scrape(State(state): State<MetricsState>) -> Response {
         "Long-lived streams (server-sent events, gRPC server streams) open now",
         ConstGauge::new(i64::try_from(state.service.open_streams()).unwrap_or(i64::MAX)),
     );
-    let up = match state.service.metrics_snapshot().await {
+    let up = match snapshot {
         Ok((snapshot, (open, idle))) => {
             register_queues(&snapshot, &mut registry);
             let idle = i64::try_from(idle).unwrap_or(i64::MAX);

@@ -5,7 +5,7 @@ use chrono::{DateTime, Utc};
 use rand::RngCore as _;
 use sha2::{Digest as _, Sha256};
 
-use super::{CoreError, Service};
+use super::{CoreError, ErrorKind, Service};
 pub use crate::model::access::{Grant, Role, Scope};
 use crate::store::tokens::TokenRecord;
 
@@ -73,6 +73,36 @@ pub fn validate_grant(name: &str, roles: &[String], queues: &[String]) -> Result
     })
 }
 
+/// `forbidden` unless `caller` (none: auth off) may hand out `grant`: every role of it the
+/// caller holds (admin holds all), and its queue scope within the caller's.
+pub fn require_within(caller: Option<&Grant>, grant: &Grant) -> Result<(), CoreError> {
+    let Some(caller) = caller else {
+        return Ok(());
+    };
+    if let Some(role) = grant.roles.iter().find(|r| !caller.has_role(**r)) {
+        return Err(CoreError::new(
+            ErrorKind::Forbidden,
+            format!(
+                "token {} lacks role {}, so it cannot create a token holding it",
+                caller.name,
+                role.name()
+            ),
+        )
+        .with_detail("required_role", role.name().into()));
+    }
+    if !Scope::of(Some(caller)).contains(&Scope::of(Some(grant))) {
+        return Err(CoreError::new(
+            ErrorKind::Forbidden,
+            format!(
+                "token {} may only create tokens scoped within its own queues ({})",
+                caller.name,
+                caller.queues.join(", ")
+            ),
+        ));
+    }
+    Ok(())
+}
+
 /// A new random token (256 bits).
 pub fn mint_token() -> String {
     let mut bytes = [0u8; 32];
@@ -103,9 +133,11 @@ pub struct CreatedToken {
 
 impl Service {
     /// Creates a token with `roles` limited to `queues` (none: every queue), named `name` or a
-    /// generated name.
+    /// generated name; `caller` (the request's grant, none with auth off) must hold every role
+    /// and cover every queue of it.
     pub async fn create_token(
         &self,
+        caller: Option<&Grant>,
         name: Option<&str>,
         roles: &[String],
         queues: &[String],
@@ -119,6 +151,7 @@ impl Service {
             }
         };
         let grant = validate_grant(name, roles, queues)?;
+        require_within(caller, &grant)?;
         let token = mint_token();
         let created_at = self.store.create_token(&grant, &token_hash(&token)).await?;
         Ok(CreatedToken {
@@ -128,9 +161,19 @@ impl Service {
         })
     }
 
-    /// Revokes the live token `name`; `not_found` when there is none.
-    pub async fn revoke_token(&self, name: &str) -> Result<(), CoreError> {
+    /// Revokes the live token `name`; `not_found` when there is none, or when its scope is not
+    /// within `scope` (the caller's).
+    pub async fn revoke_token(&self, scope: &Scope, name: &str) -> Result<(), CoreError> {
         check_token_name(name)?;
+        if !scope.is_all()
+            && !self
+                .list_tokens(scope)
+                .await?
+                .iter()
+                .any(|t| t.grant.name == name)
+        {
+            return Err(CoreError::not_found("token", name));
+        }
         if self.store.revoke_token(name).await? {
             Ok(())
         } else {
@@ -138,9 +181,12 @@ impl Service {
         }
     }
 
-    /// Every token (live and revoked), never the tokens themselves.
-    pub async fn list_tokens(&self) -> Result<Vec<TokenRecord>, CoreError> {
-        self.store.list_tokens().await
+    /// Every token (live and revoked) whose scope lies within `scope` (the caller's), never the
+    /// tokens themselves. Nesting is no SQL pattern match, and tokens are few: filtered here.
+    pub async fn list_tokens(&self, scope: &Scope) -> Result<Vec<TokenRecord>, CoreError> {
+        let mut tokens = self.store.list_tokens().await?;
+        tokens.retain(|t| scope.contains(&Scope::of(Some(&t.grant))));
+        Ok(tokens)
     }
 }
 
@@ -157,5 +203,27 @@ mod tests {
         assert!(validate_grant("w", &["root".into()], &[]).is_err());
         assert!(validate_grant("", &["admin".into()], &[]).is_err());
         assert!(validate_grant("w", &["admin".into()], &["a b".into()]).is_err());
+    }
+
+    #[test]
+    fn tokens_are_created_only_within_the_callers_roles_and_scope() {
+        let grant = |roles: &[Role], queues: &[&str]| Grant {
+            name: "t".into(),
+            roles: roles.to_vec(),
+            queues: queues.iter().map(|q| q.to_string()).collect(),
+        };
+        let billing_admin = grant(&[Role::Admin], &["billing.*"]);
+        let within = |caller: &Grant, wanted: &Grant| require_within(Some(caller), wanted);
+        assert!(within(&billing_admin, &grant(&[Role::Admin], &["billing.eu.*"])).is_ok());
+        for wider in [&[][..], &["billing*"], &["*"], &["billing.eu.*", "mail"]] {
+            let refused = within(&billing_admin, &grant(&[Role::Reader], wider)).unwrap_err();
+            assert_eq!(refused.kind, ErrorKind::Forbidden, "{wider:?}");
+        }
+        let reader = grant(&[Role::Reader, Role::Worker], &[]);
+        assert!(within(&reader, &grant(&[Role::Worker], &["a"])).is_ok());
+        let refused = within(&reader, &grant(&[Role::Producer], &[])).unwrap_err();
+        assert_eq!(refused.kind, ErrorKind::Forbidden);
+        assert!(refused.message.contains("producer"));
+        assert!(require_within(None, &grant(&[Role::Admin], &[])).is_ok());
     }
 }

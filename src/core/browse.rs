@@ -6,7 +6,7 @@ use serde_json::Value;
 use super::events::Event;
 use super::job::JobState;
 use super::validate::{check_queue_name, parse_job_id};
-use super::{CoreError, Job, Service};
+use super::{CoreError, Job, Scope, Service};
 
 /// The most jobs, events or workflows one page holds.
 pub const MAX_PAGE: i64 = 200;
@@ -60,14 +60,24 @@ impl Service {
     }
 
     /// The lifecycle events the log still holds for a job, oldest first.
-    pub async fn job_events(&self, id: &str, limit: i64) -> Result<Vec<Event>, CoreError> {
+    pub async fn job_events(
+        &self,
+        scope: &Scope,
+        id: &str,
+        limit: i64,
+    ) -> Result<Vec<Event>, CoreError> {
         let id = parse_job_id(id)?;
-        self.store.job_events(id, check_limit(limit)?).await
+        let limit = check_limit(limit)?;
+        self.job_in_scope(scope, id).await?;
+        self.store.job_events(id, limit).await
     }
 
-    /// The newest `limit` workflows with their step counts.
-    pub async fn list_workflows(&self, limit: i64) -> Result<Vec<Value>, CoreError> {
-        let page = self.store.workflows_page(check_limit(limit)?).await?;
+    /// The newest `limit` workflows whose queues are all in `scope`, with their step counts.
+    pub async fn list_workflows(&self, scope: &Scope, limit: i64) -> Result<Vec<Value>, CoreError> {
+        let page = self
+            .store
+            .workflows_page(scope, check_limit(limit)?)
+            .await?;
         Ok(match page {
             Value::Array(items) => items,
             _ => Vec::new(),

@@ -1,7 +1,7 @@
 //! The OJS event log: job lifecycle events recorded by the SQL transitions, read with a cursor.
 
 use super::validate::check_queue_name;
-use super::{CoreError, Service};
+use super::{CoreError, Scope, Service};
 pub use crate::model::events::{Cursor, Event};
 
 /// Filters of an event page; empty lists match everything.
@@ -58,8 +58,8 @@ pub fn parse_cursor(after: Option<&str>) -> Result<Cursor, CoreError> {
 }
 
 impl Service {
-    /// Events after the cursor that match the filters, oldest first.
-    pub async fn events(&self, query: EventQuery) -> Result<EventPage, CoreError> {
+    /// Events of queues in `scope` after the cursor that match the filters, oldest first.
+    pub async fn events(&self, scope: &Scope, query: EventQuery) -> Result<EventPage, CoreError> {
         let limit = query.limit.unwrap_or(100);
         if !(1..=1000).contains(&limit) {
             return Err(CoreError::invalid(format!(
@@ -84,6 +84,7 @@ impl Service {
             let events = self
                 .store
                 .events(
+                    scope,
                     after,
                     list(&query.types),
                     list(&query.queues),

@@ -285,15 +285,50 @@ impl Service {
         Ok(stored)
     }
 
+    /// `not_found` unless job `id` lies in a queue of `scope`: an id of another queue answers
+    /// as one that does not exist. Free for every-queue scopes (no round trip); one index lookup
+    /// for a scoped token. Every operation that names a job by id passes here first.
+    async fn job_in_scope(&self, scope: &Scope, id: uuid::Uuid) -> Result<(), CoreError> {
+        if scope.is_all() {
+            return Ok(());
+        }
+        match self.store.job_queues(&[id]).await?.first() {
+            Some((_, queue)) => scope.require_visible(queue, "job", &id.to_string()),
+            None => Err(CoreError::not_found("job", &id.to_string())),
+        }
+    }
+
+    /// The jobs among `ids` that lie in a queue of `scope` (all of them for every-queue scopes,
+    /// without a round trip).
+    async fn jobs_in_scope(
+        &self,
+        scope: &Scope,
+        ids: &[uuid::Uuid],
+    ) -> Result<std::collections::HashSet<uuid::Uuid>, CoreError> {
+        if scope.is_all() {
+            return Ok(ids.iter().copied().collect());
+        }
+        Ok(self
+            .store
+            .job_queues(ids)
+            .await?
+            .into_iter()
+            .filter(|(_, queue)| scope.covers(queue))
+            .map(|(id, _)| id)
+            .collect())
+    }
+
     /// One job in its effective state.
-    pub async fn get_job(&self, id: &str) -> Result<Job, CoreError> {
+    pub async fn get_job(&self, scope: &Scope, id: &str) -> Result<Job, CoreError> {
         let id = validate::parse_job_id(id)?;
+        self.job_in_scope(scope, id).await?;
         self.store.get_job(id).await
     }
 
     /// Cancels a job that is not terminal.
-    pub async fn cancel_job(&self, id: &str) -> Result<Job, CoreError> {
+    pub async fn cancel_job(&self, scope: &Scope, id: &str) -> Result<Job, CoreError> {
         let id = validate::parse_job_id(id)?;
+        self.job_in_scope(scope, id).await?;
         self.store.cancel(id).await
     }
 
@@ -391,12 +426,13 @@ impl Service {
     }
 
     /// Completes an active job.
-    pub async fn ack(&self, request: AckJob) -> Result<Job, CoreError> {
+    pub async fn ack(&self, scope: &Scope, request: AckJob) -> Result<Job, CoreError> {
         let id = validate::parse_job_id(&request.job_id)?;
         let token = self.lease_token(request.lease_token.as_deref())?;
         if let Some(result) = &request.result {
             validate::check_no_nul("result", result)?;
         }
+        self.job_in_scope(scope, id).await?;
         let job = self.store.ack(id, token, request.result.as_ref()).await?;
         self.timings.completed(&job);
         Ok(job)
@@ -407,6 +443,7 @@ impl Service {
     /// exactly as a single ack of it would have answered.
     pub async fn ack_batch(
         &self,
+        scope: &Scope,
         acks: Vec<AckJob>,
     ) -> Result<Vec<Result<Job, CoreError>>, CoreError> {
         if acks.is_empty() || acks.len() > self.settings.max_batch_jobs {
@@ -436,15 +473,45 @@ impl Service {
             }
             items.push((id, token, ack.result));
         }
-        let outcomes = self.store.ack_each(items).await?;
+        let outcomes = if scope.is_all() {
+            self.store.ack_each(items).await?
+        } else {
+            self.ack_each_in_scope(scope, items).await?
+        };
         for job in outcomes.iter().flatten() {
             self.timings.completed(job);
         }
         Ok(outcomes)
     }
 
+    /// `ack_each` for a scoped token: an ack of another queue's job answers as one of a job that
+    /// does not exist; the others are acked together, each outcome in its place.
+    async fn ack_each_in_scope(
+        &self,
+        scope: &Scope,
+        items: Vec<crate::store::AckItem>,
+    ) -> Result<Vec<Result<Job, CoreError>>, CoreError> {
+        let ids: Vec<uuid::Uuid> = items.iter().map(|(id, _, _)| *id).collect();
+        let visible = self.jobs_in_scope(scope, &ids).await?;
+        let mut outcomes: Vec<Result<Job, CoreError>> = ids
+            .iter()
+            .map(|id| Err(CoreError::not_found("job", &id.to_string())))
+            .collect();
+        let (at, mine): (Vec<usize>, Vec<_>) = items
+            .into_iter()
+            .enumerate()
+            .filter(|(_, (id, _, _))| visible.contains(id))
+            .unzip();
+        if !mine.is_empty() {
+            for (i, outcome) in at.into_iter().zip(self.store.ack_each(mine).await?) {
+                outcomes[i] = outcome;
+            }
+        }
+        Ok(outcomes)
+    }
+
     /// Fails an active job: retried, requeued or discarded by its policy.
-    pub async fn nack(&self, request: NackJob) -> Result<Job, CoreError> {
+    pub async fn nack(&self, scope: &Scope, request: NackJob) -> Result<Job, CoreError> {
         let id = validate::parse_job_id(&request.job_id)?;
         let token = self.lease_token(request.lease_token.as_deref())?;
         let f = &request.failure;
@@ -465,13 +532,19 @@ impl Service {
             other => other,
         };
         validate::check_no_nul("error", &failure)?;
+        self.job_in_scope(scope, id).await?;
         self.store.nack(id, token, &failure, request.requeue).await
     }
 
     /// Extends the leases of a worker's jobs (those named, or all it holds when none is) and
     /// tells it what to do. A job whose meta carries `test_directive` (`quiet`/`terminate`, the
-    /// OJS conformance hook) sets the directive.
-    pub async fn heartbeat(&self, request: Heartbeat) -> Result<HeartbeatOutcome, CoreError> {
+    /// OJS conformance hook) sets the directive. Only leases in queues of `scope` are extended
+    /// (a job of another queue is one the worker does not hold).
+    pub async fn heartbeat(
+        &self,
+        scope: &Scope,
+        request: Heartbeat,
+    ) -> Result<HeartbeatOutcome, CoreError> {
         if request.worker_id.is_empty() {
             return Err(CoreError::invalid("worker_id is required")
                 .with_detail("field", "worker_id".into()));
@@ -501,12 +574,23 @@ impl Service {
             }
             self.store
                 .heartbeat_worker(
+                    scope,
                     &request.worker_id,
                     request.visibility_timeout_ms,
                     self.settings.default_visibility_timeout_ms,
                 )
                 .await?
         } else {
+            if !scope.is_all() {
+                let visible = self.jobs_in_scope(scope, &ids).await?;
+                ids.retain(|id| visible.contains(id));
+            }
+            if ids.is_empty() {
+                return Ok(HeartbeatOutcome {
+                    directive: WorkerDirective::Running,
+                    extended: Vec::new(),
+                });
+            }
             self.store
                 .heartbeat(
                     &ids,
@@ -550,14 +634,16 @@ impl Service {
     }
 
     /// Makes a pending job available.
-    pub async fn activate_job(&self, id: &str) -> Result<Job, CoreError> {
+    pub async fn activate_job(&self, scope: &Scope, id: &str) -> Result<Job, CoreError> {
         let id = validate::parse_job_id(id)?;
+        self.job_in_scope(scope, id).await?;
         self.store.activate(id).await
     }
 
-    /// A page of dead letters, of one queue or of all.
+    /// A page of dead letters, of one queue or of all, within `scope`.
     pub async fn dead_letters(
         &self,
+        scope: &Scope,
         queue: Option<&str>,
         limit: Option<i64>,
         offset: Option<i64>,
@@ -577,7 +663,7 @@ impl Service {
                 "offset must not be negative, not {offset}"
             )));
         }
-        let (jobs, total) = self.store.dead_letters(queue, limit, offset).await?;
+        let (jobs, total) = self.store.dead_letters(scope, queue, limit, offset).await?;
         Ok(DeadLetterPage {
             jobs,
             total,
@@ -587,14 +673,16 @@ impl Service {
     }
 
     /// Puts a dead letter back as available with its attempts reset.
-    pub async fn retry_dead_letter(&self, id: &str) -> Result<Job, CoreError> {
+    pub async fn retry_dead_letter(&self, scope: &Scope, id: &str) -> Result<Job, CoreError> {
         let id = validate::parse_job_id(id)?;
+        self.job_in_scope(scope, id).await?;
         self.store.retry_dead_letter(id).await
     }
 
     /// Deletes a dead letter for good.
-    pub async fn delete_dead_letter(&self, id: &str) -> Result<Job, CoreError> {
+    pub async fn delete_dead_letter(&self, scope: &Scope, id: &str) -> Result<Job, CoreError> {
         let id = validate::parse_job_id(id)?;
+        self.job_in_scope(scope, id).await?;
         self.store.delete_dead_letter(id).await
     }
 
@@ -654,10 +742,14 @@ impl Service {
         &self.totals
     }
 
-    /// Per-queue job and stream figures, and the pool's (open, idle) connections.
-    pub async fn metrics_snapshot(&self) -> Result<(serde_json::Value, (u32, usize)), CoreError> {
+    /// Per-queue job and stream figures of the queues in `scope`, and the pool's (open, idle)
+    /// connections.
+    pub async fn metrics_snapshot(
+        &self,
+        scope: &Scope,
+    ) -> Result<(serde_json::Value, (u32, usize)), CoreError> {
         Ok((
-            self.store.metrics_snapshot().await?,
+            self.store.metrics_snapshot(scope).await?,
             self.store.pool_usage(),
         ))
     }
@@ -713,27 +805,33 @@ impl Service {
         self.store.queue_config(queue, &row).await
     }
 
-    /// A page of queue namespaces in name order; with `count_available`, each with the jobs a
-    /// fetch could claim now.
+    /// A page of the queue namespaces in `scope`, in name order; with `count_available`, each
+    /// with the jobs a fetch could claim now.
     pub async fn list_queues(
         &self,
+        scope: &Scope,
         count_available: bool,
         page: &page::PageRequest,
     ) -> Result<page::Page<QueueSummary>, CoreError> {
         let spec = page.check()?;
         let mut queues = self
             .store
-            .list_queues(count_available, spec.after.as_deref(), Some(spec.limit + 1))
+            .list_queues(
+                scope,
+                count_available,
+                spec.after.as_deref(),
+                Some(spec.limit + 1),
+            )
             .await?;
-        let total = self.store.count_queues().await?;
+        let total = self.store.count_queues(scope).await?;
         Ok(spec.finish(&mut queues, total, |q| q.name.as_str()))
     }
 
-    /// One queue namespace's summary.
+    /// One queue namespace's summary (the adapters admitted the queue it names).
     pub async fn queue_summary(&self, queue: &str) -> Result<QueueSummary, CoreError> {
         validate::check_queue_name(queue)?;
         self.store
-            .list_queues(false, None, None)
+            .list_queues(&Scope::all(), false, None, None)
             .await?
             .into_iter()
             .find(|q| q.name == queue)

@@ -25,7 +25,7 @@ use uuid::Uuid;
 use crate::core::events::{Cursor, Event, EventQuery, parse_cursor};
 use crate::core::stream::{Batch, MAX_RECEIVE_WAIT_MS, Receive};
 use crate::core::validate::parse_job_id;
-use crate::core::{CoreError, ErrorKind, FetchJobs, Job, JobState, Service, StreamSlot};
+use crate::core::{CoreError, ErrorKind, FetchJobs, Job, JobState, Scope, Service, StreamSlot};
 use crate::store::tokens::TokenCheck;
 
 /// How often a `StreamJobs` stream at its cap looks for acks, nacks and cancels in the event log.
@@ -309,13 +309,17 @@ impl JobPump {
         for _ in 0..MAX_PAGES {
             let page = self
                 .service
-                .events(EventQuery {
-                    after: Some(self.cursor.to_string()),
-                    types: SETTLING_EVENTS.iter().map(|t| t.to_string()).collect(),
-                    queues: self.queues.clone(),
-                    job_types: Vec::new(),
-                    limit: Some(EVENT_PAGE),
-                })
+                // The stream's own admitted queues, named in the filter.
+                .events(
+                    &Scope::all(),
+                    EventQuery {
+                        after: Some(self.cursor.to_string()),
+                        types: SETTLING_EVENTS.iter().map(|t| t.to_string()).collect(),
+                        queues: self.queues.clone(),
+                        job_types: Vec::new(),
+                        limit: Some(EVENT_PAGE),
+                    },
+                )
                 .await?;
             for event in &page.events {
                 if let Some(id) = event.job_id
@@ -342,7 +346,10 @@ impl JobPump {
         let service = &self.service;
         let checked: Vec<(Uuid, Result<Job, CoreError>)> =
             futures_util::stream::iter(self.outstanding.keys().copied().collect::<Vec<_>>())
-                .map(|id| async move { (id, service.get_job(&id.to_string()).await) })
+                // Jobs this stream claimed itself, from the queues its request was admitted to.
+                .map(
+                    |id| async move { (id, service.get_job(&Scope::all(), &id.to_string()).await) },
+                )
                 .buffer_unordered(SWEEP_PARALLELISM)
                 .collect()
                 .await;
@@ -441,6 +448,8 @@ struct EventFilter {
 
 struct EventPump {
     service: Arc<Service>,
+    /// The queues the client's token may see: the log is read only for them.
+    scope: Scope,
     filter: EventFilter,
     page: i64,
     cursor: Cursor,
@@ -448,10 +457,11 @@ struct EventPump {
     workflows: HashMap<Uuid, Option<String>>,
 }
 
-/// Streams the events logged from now on that match the filters, and a keepalive every
-/// `KEEPALIVE_INTERVAL`. The filters are checked before this returns.
+/// Streams the events of queues in `scope` logged from now on that match the filters, and a
+/// keepalive every `KEEPALIVE_INTERVAL`. The filters are checked before this returns.
 pub async fn events(
     service: Arc<Service>,
+    scope: Scope,
     filter: EventStream,
     shutdown: Shutdown,
 ) -> Result<impl Stream<Item = Result<Pushed, CoreError>> + Send + 'static, CoreError> {
@@ -464,16 +474,18 @@ pub async fn events(
         job_id,
         workflow_id: filter.workflow_id,
     };
-    start_events(service, filter, EVENT_PAGE, cursor, shutdown).await
+    start_events(service, scope, filter, EVENT_PAGE, cursor, shutdown).await
 }
 
-/// Streams the events after `query.after` that match its filters (those of an event page), then
+/// Streams the events of queues in `scope` after `query.after` that match its filters (those of
+/// an event page), then
 /// every matching event as it is logged, and a keepalive every `KEEPALIVE_INTERVAL`. Without a
 /// cursor it starts at the end of the log (only what happens from now on). `query.limit` is the
 /// page size of each read of the log. The cursor and filters are checked, and the first read
 /// made, before this returns, so a bad request fails the call itself.
 pub async fn follow_events(
     service: Arc<Service>,
+    scope: Scope,
     query: EventQuery,
     shutdown: Shutdown,
 ) -> Result<impl Stream<Item = Result<Pushed, CoreError>> + Send + 'static, CoreError> {
@@ -489,12 +501,13 @@ pub async fn follow_events(
         workflow_id: None,
     };
     let page = query.limit.unwrap_or(EVENT_PAGE);
-    start_events(service, filter, page, cursor, shutdown).await
+    start_events(service, scope, filter, page, cursor, shutdown).await
 }
 
 /// The pump after `cursor`; its first read (which checks the filters) happens before it returns.
 async fn start_events(
     service: Arc<Service>,
+    scope: Scope,
     filter: EventFilter,
     page: i64,
     cursor: Cursor,
@@ -503,6 +516,7 @@ async fn start_events(
     let slot = service.stream_slot()?;
     let mut pump = EventPump {
         service,
+        scope,
         filter,
         page,
         cursor,
@@ -534,7 +548,7 @@ impl EventPump {
         if let Some(known) = self.workflows.get(&job_id) {
             return Ok(known.clone());
         }
-        let workflow = match self.service.get_job(&job_id.to_string()).await {
+        let workflow = match self.service.get_job(&self.scope, &job_id.to_string()).await {
             Ok(job) => job.workflow_id.map(|w| w.to_string()),
             Err(e) if e.kind == ErrorKind::NotFound => None,
             Err(e) => return Err(e),
@@ -552,13 +566,16 @@ impl EventPump {
         for _ in 0..MAX_PAGES {
             let page = self
                 .service
-                .events(EventQuery {
-                    after: Some(self.cursor.to_string()),
-                    types: self.filter.types.clone(),
-                    queues: self.filter.queues.clone(),
-                    job_types: self.filter.job_types.clone(),
-                    limit: Some(self.page),
-                })
+                .events(
+                    &self.scope,
+                    EventQuery {
+                        after: Some(self.cursor.to_string()),
+                        types: self.filter.types.clone(),
+                        queues: self.filter.queues.clone(),
+                        job_types: self.filter.job_types.clone(),
+                        limit: Some(self.page),
+                    },
+                )
                 .await?;
             self.cursor = page.events.last().map_or(self.cursor, Event::cursor);
             for event in page.events {

@@ -10,7 +10,7 @@ use uuid::Uuid;
 
 use super::cron::{Schedule, parse_time_zone};
 use super::validate::{self, new_job_row};
-use super::{CoreError, EnqueueJob, Service};
+use super::{CoreError, EnqueueJob, Scope, Service};
 pub use crate::model::workflow::CronEntry;
 
 /// Most steps one workflow may have.
@@ -164,6 +164,23 @@ pub struct NewCron {
     pub template: EnqueueJob,
 }
 
+impl NewWorkflow {
+    /// The queues its jobs land in (steps and callbacks): both adapters admit them all.
+    pub fn queues(&self) -> impl Iterator<Item = &str> {
+        self.steps
+            .iter()
+            .map(|s| s.job.queue())
+            .chain(self.callbacks.iter().map(|(_, job)| job.queue()))
+    }
+}
+
+impl NewCron {
+    /// The queue its firings enqueue into: both adapters admit it.
+    pub fn queue(&self) -> &str {
+        self.template.queue()
+    }
+}
+
 fn check_step_name(name: &str) -> Result<(), CoreError> {
     let ok = !name.is_empty()
         && name.len() <= 255
@@ -310,15 +327,27 @@ impl Service {
         workflow_from(view)
     }
 
+    /// `not_found` unless every queue of workflow `id` is in `scope` (free for every-queue
+    /// scopes): a workflow of other queues answers as one that does not exist.
+    async fn workflow_in_scope(&self, scope: &Scope, id: Uuid) -> Result<(), CoreError> {
+        if scope.is_all() || self.store.workflow_in_scope(scope, id).await? {
+            Ok(())
+        } else {
+            Err(CoreError::not_found("workflow", &id.to_string()))
+        }
+    }
+
     /// A workflow's progress.
-    pub async fn get_workflow(&self, id: &str) -> Result<Workflow, CoreError> {
+    pub async fn get_workflow(&self, scope: &Scope, id: &str) -> Result<Workflow, CoreError> {
         let id = parse_workflow_id(id)?;
+        self.workflow_in_scope(scope, id).await?;
         workflow_from(self.store.workflow(id).await?)
     }
 
     /// Cancels a running workflow.
-    pub async fn cancel_workflow(&self, id: &str) -> Result<Workflow, CoreError> {
+    pub async fn cancel_workflow(&self, scope: &Scope, id: &str) -> Result<Workflow, CoreError> {
         let id = parse_workflow_id(id)?;
+        self.workflow_in_scope(scope, id).await?;
         workflow_from(self.store.cancel_workflow(id).await?)
     }
 
@@ -358,19 +387,20 @@ impl Service {
             .await
     }
 
-    /// Removes a cron job.
-    pub async fn unregister_cron(&self, name: &str) -> Result<CronEntry, CoreError> {
+    /// Removes a cron job; one of a queue outside `scope` answers as one that does not exist.
+    pub async fn unregister_cron(&self, scope: &Scope, name: &str) -> Result<CronEntry, CoreError> {
         check_step_name(name)?;
-        self.store.unregister_cron(name).await
+        self.store.unregister_cron(scope, name).await
     }
 
-    /// A page of cron registrations in name order.
+    /// A page of the cron registrations of queues in `scope`, in name order.
     pub async fn list_crons(
         &self,
+        scope: &Scope,
         page: &super::page::PageRequest,
     ) -> Result<super::page::Page<CronEntry>, CoreError> {
         let spec = page.check()?;
-        let all = self.store.list_crons().await?;
+        let all = self.store.list_crons(scope).await?;
         Ok(spec.cut(all, |c| c.name.as_str()))
     }
 

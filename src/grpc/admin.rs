@@ -167,9 +167,13 @@ impl AdminService for AdminAdapter {
         request: Request<pb::CreateTokenRequest>,
     ) -> Result<Response<pb::CreateTokenResponse>, Status> {
         let id = request_id(&request);
+        let admission = crate::middleware::QueueAdmission::of(request.extensions());
         let r = request.into_inner();
         let name = (!r.name.is_empty()).then_some(r.name.as_str());
-        let result = self.service.create_token(name, &r.roles, &r.queues).await;
+        let result = self
+            .service
+            .create_token(admission.grant(), name, &r.roles, &r.queues)
+            .await;
         answer(
             &id,
             result.map(|created| pb::CreateTokenResponse {
@@ -184,7 +188,8 @@ impl AdminService for AdminAdapter {
         request: Request<pb::ListTokensRequest>,
     ) -> Result<Response<pb::ListTokensResponse>, Status> {
         let id = request_id(&request);
-        let result = self.service.list_tokens().await;
+        let scope = super::convert::scope(&request);
+        let result = self.service.list_tokens(&scope).await;
         answer(
             &id,
             result.map(|tokens| pb::ListTokensResponse {
@@ -201,8 +206,9 @@ impl AdminService for AdminAdapter {
         request: Request<pb::RevokeTokenRequest>,
     ) -> Result<Response<pb::RevokeTokenResponse>, Status> {
         let id = request_id(&request);
+        let scope = super::convert::scope(&request);
         let name = request.into_inner().name;
-        let result = self.service.revoke_token(&name).await;
+        let result = self.service.revoke_token(&scope, &name).await;
         answer(
             &id,
             result.map(|()| pb::RevokeTokenResponse {

@@ -9,6 +9,11 @@ use crate::core::job::{Failure, JobOptions, JobTime, RetryPolicy};
 use crate::core::workflow::{CronEntry, NewStep, NewWorkflow, StepState, Workflow};
 use crate::core::{CoreError, EnqueueJob, Job, JobState, WorkerDirective};
 
+/// The queues the call's token may see (every queue without a scoped token).
+pub fn scope<T>(request: &tonic::Request<T>) -> crate::core::Scope {
+    crate::middleware::QueueAdmission::of(request.extensions()).scope()
+}
+
 /// JSON → protobuf Value.
 pub fn to_value(value: &Value) -> prost_types::Value {
     into_value(value.clone())

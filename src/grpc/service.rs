@@ -153,7 +153,11 @@ impl OjsService for GrpcAdapter {
         request: Request<pb::GetJobRequest>,
     ) -> Result<Response<pb::GetJobResponse>, Status> {
         let id = request_id(&request);
-        let result = self.service.get_job(&request.into_inner().job_id).await;
+        let scope = convert::scope(&request);
+        let result = self
+            .service
+            .get_job(&scope, &request.into_inner().job_id)
+            .await;
         answer(
             &id,
             result.map(|job| pb::GetJobResponse {
@@ -167,7 +171,11 @@ impl OjsService for GrpcAdapter {
         request: Request<pb::CancelJobRequest>,
     ) -> Result<Response<pb::CancelJobResponse>, Status> {
         let id = request_id(&request);
-        let result = self.service.cancel_job(&request.into_inner().job_id).await;
+        let scope = convert::scope(&request);
+        let result = self
+            .service
+            .cancel_job(&scope, &request.into_inner().job_id)
+            .await;
         answer(
             &id,
             result.map(|job| pb::CancelJobResponse {
@@ -181,9 +189,10 @@ impl OjsService for GrpcAdapter {
         request: Request<pb::ActivateJobRequest>,
     ) -> Result<Response<pb::ActivateJobResponse>, Status> {
         let id = request_id(&request);
+        let scope = convert::scope(&request);
         let result = self
             .service
-            .activate_job(&request.into_inner().job_id)
+            .activate_job(&scope, &request.into_inner().job_id)
             .await;
         answer(
             &id,
@@ -223,9 +232,10 @@ impl OjsService for GrpcAdapter {
         request: Request<pb::AckRequest>,
     ) -> Result<Response<pb::AckResponse>, Status> {
         let id = request_id(&request);
+        let scope = convert::scope(&request);
         let acked = self
             .service
-            .ack(convert::ack_job(request.into_inner()))
+            .ack(&scope, convert::ack_job(request.into_inner()))
             .await;
         answer(
             &id,
@@ -241,15 +251,19 @@ impl OjsService for GrpcAdapter {
         request: Request<pb::NackRequest>,
     ) -> Result<Response<pb::NackResponse>, Status> {
         let id = request_id(&request);
+        let scope = convert::scope(&request);
         let r = request.into_inner();
         let result = self
             .service
-            .nack(NackJob {
-                job_id: r.job_id,
-                lease_token: (!r.lease_token.is_empty()).then_some(r.lease_token),
-                failure: convert::failure(r.error.unwrap_or_default()),
-                requeue: r.requeue,
-            })
+            .nack(
+                &scope,
+                NackJob {
+                    job_id: r.job_id,
+                    lease_token: (!r.lease_token.is_empty()).then_some(r.lease_token),
+                    failure: convert::failure(r.error.unwrap_or_default()),
+                    requeue: r.requeue,
+                },
+            )
             .await;
         answer(
             &id,
@@ -272,6 +286,7 @@ impl OjsService for GrpcAdapter {
         request: Request<pb::HeartbeatRequest>,
     ) -> Result<Response<pb::HeartbeatResponse>, Status> {
         let id = request_id(&request);
+        let scope = convert::scope(&request);
         let r = request.into_inner();
         // `id` names a job when it parses as one; otherwise it is the worker's id.
         let mut job_ids = r.job_ids;
@@ -293,12 +308,15 @@ impl OjsService for GrpcAdapter {
         };
         let result = self
             .service
-            .heartbeat(Heartbeat {
-                worker_id,
-                job_ids,
-                lease_token: (!r.lease_token.is_empty()).then_some(r.lease_token),
-                visibility_timeout_ms: visibility,
-            })
+            .heartbeat(
+                &scope,
+                Heartbeat {
+                    worker_id,
+                    job_ids,
+                    lease_token: (!r.lease_token.is_empty()).then_some(r.lease_token),
+                    visibility_timeout_ms: visibility,
+                },
+            )
             .await;
         answer(
             &id,
@@ -356,6 +374,7 @@ impl OjsService for GrpcAdapter {
         let id = request_id(&request);
         let slot = admission_slot(&request);
         let shutdown = shutdown_signal(&request);
+        let scope = convert::scope(&request);
         let r = request.into_inner();
         let filter = EventStream {
             queues: r.queues,
@@ -363,7 +382,7 @@ impl OjsService for GrpcAdapter {
             job_id: (!r.job_id.is_empty()).then_some(r.job_id),
             workflow_id: (!r.workflow_id.is_empty()).then_some(r.workflow_id),
         };
-        let events = push::events(self.service.clone(), filter, shutdown)
+        let events = push::events(self.service.clone(), scope, filter, shutdown)
             .await
             .map_err(|e| status_of(&e, &id))?;
         slot.release();
@@ -379,12 +398,13 @@ impl OjsService for GrpcAdapter {
         request: Request<pb::ListQueuesRequest>,
     ) -> Result<Response<pb::ListQueuesResponse>, Status> {
         let id = request_id(&request);
+        let scope = convert::scope(&request);
         let r = request.into_inner();
         let page = crate::core::page::PageRequest {
             limit: Some(i64::from(r.limit)),
             cursor: Some(r.cursor),
         };
-        let result = self.service.list_queues(true, &page).await;
+        let result = self.service.list_queues(&scope, true, &page).await;
         answer(
             &id,
             result.map(|page| pb::ListQueuesResponse {
@@ -459,6 +479,7 @@ impl OjsService for GrpcAdapter {
         request: Request<pb::ListDeadLetterRequest>,
     ) -> Result<Response<pb::ListDeadLetterResponse>, Status> {
         let id = request_id(&request);
+        let scope = convert::scope(&request);
         let r = request.into_inner();
         // The cursor is the offset of the next page.
         let offset = match r.cursor.as_str() {
@@ -474,7 +495,7 @@ impl OjsService for GrpcAdapter {
                 let queue = (!r.queue.is_empty()).then_some(r.queue);
                 let limit = (r.limit != 0).then_some(i64::from(r.limit));
                 self.service
-                    .dead_letters(queue.as_deref(), limit, offset)
+                    .dead_letters(&scope, queue.as_deref(), limit, offset)
                     .await
             }
             Err(e) => Err(e),
@@ -497,9 +518,10 @@ impl OjsService for GrpcAdapter {
         request: Request<pb::RetryDeadLetterRequest>,
     ) -> Result<Response<pb::RetryDeadLetterResponse>, Status> {
         let id = request_id(&request);
+        let scope = convert::scope(&request);
         let result = self
             .service
-            .retry_dead_letter(&request.into_inner().job_id)
+            .retry_dead_letter(&scope, &request.into_inner().job_id)
             .await;
         answer(
             &id,
@@ -514,9 +536,10 @@ impl OjsService for GrpcAdapter {
         request: Request<pb::DeleteDeadLetterRequest>,
     ) -> Result<Response<pb::DeleteDeadLetterResponse>, Status> {
         let id = request_id(&request);
+        let scope = convert::scope(&request);
         let result = self
             .service
-            .delete_dead_letter(&request.into_inner().job_id)
+            .delete_dead_letter(&scope, &request.into_inner().job_id)
             .await;
         answer(&id, result.map(|_| pb::DeleteDeadLetterResponse {}))
     }
@@ -526,7 +549,7 @@ impl OjsService for GrpcAdapter {
         request: Request<pb::RegisterCronRequest>,
     ) -> Result<Response<pb::RegisterCronResponse>, Status> {
         let id = request_id(&request);
-        let r = request.into_inner();
+        let (_, extensions, r) = request.into_parts();
         let result = match convert::enqueue(pb::EnqueueRequest {
             r#type: r.r#type,
             args: r.args,
@@ -534,15 +557,15 @@ impl OjsService for GrpcAdapter {
             ..Default::default()
         }) {
             Ok(template) => {
-                self.service
-                    .register_cron(NewCron {
-                        name: r.name,
-                        expression: r.cron,
-                        timezone: (!r.timezone.is_empty()).then_some(r.timezone),
-                        overlap_policy: None,
-                        template,
-                    })
-                    .await
+                let cron = NewCron {
+                    name: r.name,
+                    expression: r.cron,
+                    timezone: (!r.timezone.is_empty()).then_some(r.timezone),
+                    overlap_policy: None,
+                    template,
+                };
+                admit_queues(&extensions, &id, [cron.queue().to_string()])?;
+                self.service.register_cron(cron).await
             }
             Err(e) => Err(e),
         };
@@ -560,9 +583,10 @@ impl OjsService for GrpcAdapter {
         request: Request<pb::UnregisterCronRequest>,
     ) -> Result<Response<pb::UnregisterCronResponse>, Status> {
         let id = request_id(&request);
+        let scope = convert::scope(&request);
         let result = self
             .service
-            .unregister_cron(&request.into_inner().name)
+            .unregister_cron(&scope, &request.into_inner().name)
             .await;
         answer(&id, result.map(|_| pb::UnregisterCronResponse {}))
     }
@@ -572,12 +596,13 @@ impl OjsService for GrpcAdapter {
         request: Request<pb::ListCronRequest>,
     ) -> Result<Response<pb::ListCronResponse>, Status> {
         let id = request_id(&request);
+        let scope = convert::scope(&request);
         let r = request.into_inner();
         let page = crate::core::page::PageRequest {
             limit: Some(i64::from(r.limit)),
             cursor: Some(r.cursor),
         };
-        let result = self.service.list_crons(&page).await;
+        let result = self.service.list_crons(&scope, &page).await;
         answer(
             &id,
             result.map(|page| pb::ListCronResponse {
@@ -592,8 +617,16 @@ impl OjsService for GrpcAdapter {
         request: Request<pb::CreateWorkflowRequest>,
     ) -> Result<Response<pb::CreateWorkflowResponse>, Status> {
         let id = request_id(&request);
-        let result = match convert::new_workflow(request.into_inner()) {
-            Ok(workflow) => self.service.create_workflow(workflow).await,
+        let (_, extensions, message) = request.into_parts();
+        let result = match convert::new_workflow(message) {
+            Ok(workflow) => {
+                admit_queues(
+                    &extensions,
+                    &id,
+                    workflow.queues().map(str::to_string).collect::<Vec<_>>(),
+                )?;
+                self.service.create_workflow(workflow).await
+            }
             Err(e) => Err(e),
         };
         answer(
@@ -609,9 +642,10 @@ impl OjsService for GrpcAdapter {
         request: Request<pb::GetWorkflowRequest>,
     ) -> Result<Response<pb::GetWorkflowResponse>, Status> {
         let id = request_id(&request);
+        let scope = convert::scope(&request);
         let result = self
             .service
-            .get_workflow(&request.into_inner().workflow_id)
+            .get_workflow(&scope, &request.into_inner().workflow_id)
             .await;
         answer(
             &id,
@@ -626,9 +660,10 @@ impl OjsService for GrpcAdapter {
         request: Request<pb::CancelWorkflowRequest>,
     ) -> Result<Response<pb::CancelWorkflowResponse>, Status> {
         let id = request_id(&request);
+        let scope = convert::scope(&request);
         let result = self
             .service
-            .cancel_workflow(&request.into_inner().workflow_id)
+            .cancel_workflow(&scope, &request.into_inner().workflow_id)
             .await;
         answer(
             &id,

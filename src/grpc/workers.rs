@@ -31,6 +31,7 @@ impl WorkerService for WorkerAdapter {
         request: Request<pb::AckBatchRequest>,
     ) -> Result<Response<pb::AckBatchResponse>, Status> {
         let id = request_id(&request);
+        let scope = super::convert::scope(&request);
         let acks: Vec<AckJob> = request
             .into_inner()
             .acks
@@ -38,7 +39,7 @@ impl WorkerService for WorkerAdapter {
             .map(convert::ack_job)
             .collect();
         let ids: Vec<String> = acks.iter().map(|a| a.job_id.clone()).collect();
-        let outcomes = self.service.ack_batch(acks).await;
+        let outcomes = self.service.ack_batch(&scope, acks).await;
         answer(
             &id,
             outcomes.map(|outcomes| {

@@ -132,10 +132,10 @@ impl api::HttpApi for HttpAdapter {
 
     async fn get_job(
         &self,
-        _ctx: RequestContext,
+        ctx: RequestContext,
         id: String,
     ) -> Result<api::GetJobResponse, ApiError> {
-        let job = self.service.get_job(&id).await?;
+        let job = self.service.get_job(&ctx.scope(), &id).await?;
         Ok(api::GetJobResponse::Ok(types::JobEnvelope {
             job: convert::job(&job, false),
         }))
@@ -143,10 +143,10 @@ impl api::HttpApi for HttpAdapter {
 
     async fn cancel_job(
         &self,
-        _ctx: RequestContext,
+        ctx: RequestContext,
         id: String,
     ) -> Result<api::CancelJobResponse, ApiError> {
-        let job = self.service.cancel_job(&id).await?;
+        let job = self.service.cancel_job(&ctx.scope(), &id).await?;
         Ok(api::CancelJobResponse::Ok(types::JobEnvelope {
             job: convert::job(&job, false),
         }))
@@ -178,16 +178,19 @@ impl api::HttpApi for HttpAdapter {
 
     async fn ack_job(
         &self,
-        _ctx: RequestContext,
+        ctx: RequestContext,
         body: types::AckRequest,
     ) -> Result<api::AckJobResponse, ApiError> {
         let job = self
             .service
-            .ack(AckJob {
-                job_id: body.job_id,
-                lease_token: body.lease_token,
-                result: body.result,
-            })
+            .ack(
+                &ctx.scope(),
+                AckJob {
+                    job_id: body.job_id,
+                    lease_token: body.lease_token,
+                    result: body.result,
+                },
+            )
             .await?;
         let wire = convert::job(&job, false);
         Ok(api::AckJobResponse::Ok(types::AckResponse {
@@ -219,7 +222,7 @@ impl api::HttpApi for HttpAdapter {
                 result: a.result,
             })
             .collect();
-        let outcomes = self.service.ack_batch(acks).await?;
+        let outcomes = self.service.ack_batch(&ctx.scope(), acks).await?;
         let results: Vec<types::AckOutcome> = ids
             .into_iter()
             .zip(outcomes)
@@ -233,29 +236,36 @@ impl api::HttpApi for HttpAdapter {
 
     async fn nack_job(
         &self,
-        _ctx: RequestContext,
+        ctx: RequestContext,
         body: types::NackRequest,
     ) -> Result<api::NackJobResponse, ApiError> {
         let job = self
             .service
-            .nack(NackJob {
-                job_id: body.job_id,
-                lease_token: body.lease_token,
-                failure: convert::failure(body.error),
-                requeue: body.requeue.unwrap_or(false),
-            })
+            .nack(
+                &ctx.scope(),
+                NackJob {
+                    job_id: body.job_id,
+                    lease_token: body.lease_token,
+                    failure: convert::failure(body.error),
+                    requeue: body.requeue.unwrap_or(false),
+                },
+            )
             .await?;
         Ok(api::NackJobResponse::Ok(convert::nack_response(&job)))
     }
 
     async fn list_queues(
         &self,
-        _ctx: RequestContext,
+        ctx: RequestContext,
         query: api::ListQueuesQuery,
     ) -> Result<api::ListQueuesResponse, ApiError> {
         let page = self
             .service
-            .list_queues(false, &convert::page_request(query.limit, query.cursor))
+            .list_queues(
+                &ctx.scope(),
+                false,
+                &convert::page_request(query.limit, query.cursor),
+            )
             .await?;
         let pagination = convert::pagination(&page);
         Ok(api::ListQueuesResponse::Ok(types::QueueList {
@@ -274,10 +284,10 @@ impl api::HttpApi for HttpAdapter {
 
     async fn activate_job(
         &self,
-        _ctx: RequestContext,
+        ctx: RequestContext,
         id: String,
     ) -> Result<api::ActivateJobResponse, ApiError> {
-        let job = self.service.activate_job(&id).await?;
+        let job = self.service.activate_job(&ctx.scope(), &id).await?;
         Ok(api::ActivateJobResponse::Ok(types::JobEnvelope {
             job: convert::job(&job, false),
         }))
@@ -285,10 +295,13 @@ impl api::HttpApi for HttpAdapter {
 
     async fn heartbeat(
         &self,
-        _ctx: RequestContext,
+        ctx: RequestContext,
         body: types::HeartbeatRequest,
     ) -> Result<api::HeartbeatResponse, ApiError> {
-        let outcome = self.service.heartbeat(convert::heartbeat(body)?).await?;
+        let outcome = self
+            .service
+            .heartbeat(&ctx.scope(), convert::heartbeat(body)?)
+            .await?;
         let directive = outcome.directive.as_str().to_string();
         Ok(api::HeartbeatResponse::Ok(types::HeartbeatResponse {
             state: directive.clone(),
@@ -304,12 +317,17 @@ impl api::HttpApi for HttpAdapter {
 
     async fn list_dead_letter(
         &self,
-        _ctx: RequestContext,
+        ctx: RequestContext,
         query: api::ListDeadLetterQuery,
     ) -> Result<api::ListDeadLetterResponse, ApiError> {
         let page = self
             .service
-            .dead_letters(query.queue.as_deref(), query.limit, query.offset)
+            .dead_letters(
+                &ctx.scope(),
+                query.queue.as_deref(),
+                query.limit,
+                query.offset,
+            )
             .await?;
         let has_more = page.next_offset().is_some();
         Ok(api::ListDeadLetterResponse::Ok(types::DeadLetterList {
@@ -326,11 +344,11 @@ impl api::HttpApi for HttpAdapter {
 
     async fn retry_dead_letter(
         &self,
-        _ctx: RequestContext,
+        ctx: RequestContext,
         id: String,
         _body: Option<types::Empty>,
     ) -> Result<api::RetryDeadLetterResponse, ApiError> {
-        let job = self.service.retry_dead_letter(&id).await?;
+        let job = self.service.retry_dead_letter(&ctx.scope(), &id).await?;
         Ok(api::RetryDeadLetterResponse::Ok(types::JobEnvelope {
             job: convert::job(&job, false),
         }))
@@ -338,10 +356,10 @@ impl api::HttpApi for HttpAdapter {
 
     async fn delete_dead_letter(
         &self,
-        _ctx: RequestContext,
+        ctx: RequestContext,
         id: String,
     ) -> Result<api::DeleteDeadLetterResponse, ApiError> {
-        let job = self.service.delete_dead_letter(&id).await?;
+        let job = self.service.delete_dead_letter(&ctx.scope(), &id).await?;
         Ok(api::DeleteDeadLetterResponse::Ok(types::Deleted {
             deleted: true,
             job_id: job.id.to_string(),
@@ -695,12 +713,15 @@ impl api::HttpApi for HttpAdapter {
 
     async fn list_cron(
         &self,
-        _ctx: RequestContext,
+        ctx: RequestContext,
         query: api::ListCronQuery,
     ) -> Result<api::ListCronResponse, ApiError> {
         let page = self
             .service
-            .list_crons(&convert::page_request(query.limit, query.cursor))
+            .list_crons(
+                &ctx.scope(),
+                &convert::page_request(query.limit, query.cursor),
+            )
             .await?;
         let entries: Vec<_> = page.items.iter().map(convert::cron).collect();
         Ok(api::ListCronResponse::Ok(types::CronList {
@@ -712,10 +733,12 @@ impl api::HttpApi for HttpAdapter {
 
     async fn register_cron(
         &self,
-        _ctx: RequestContext,
+        ctx: RequestContext,
         body: types::CronRequest,
     ) -> Result<api::RegisterCronResponse, ApiError> {
-        let entry = self.service.register_cron(convert::new_cron(body)?).await?;
+        let cron = convert::new_cron(body)?;
+        ctx.admit([cron.queue()])?;
+        let entry = self.service.register_cron(cron).await?;
         let wire = convert::cron(&entry);
         Ok(api::RegisterCronResponse::Created(types::CronEnvelope {
             cron_job: wire.clone(),
@@ -725,10 +748,10 @@ impl api::HttpApi for HttpAdapter {
 
     async fn unregister_cron(
         &self,
-        _ctx: RequestContext,
+        ctx: RequestContext,
         name: String,
     ) -> Result<api::UnregisterCronResponse, ApiError> {
-        let entry = self.service.unregister_cron(&name).await?;
+        let entry = self.service.unregister_cron(&ctx.scope(), &name).await?;
         let wire = convert::cron(&entry);
         Ok(api::UnregisterCronResponse::Ok(types::CronEnvelope {
             cron_job: wire.clone(),
@@ -738,13 +761,12 @@ impl api::HttpApi for HttpAdapter {
 
     async fn create_workflow(
         &self,
-        _ctx: RequestContext,
+        ctx: RequestContext,
         body: types::WorkflowRequest,
     ) -> Result<api::CreateWorkflowResponse, ApiError> {
-        let workflow = self
-            .service
-            .create_workflow(convert::new_workflow(body)?)
-            .await?;
+        let workflow = convert::new_workflow(body)?;
+        ctx.admit(workflow.queues())?;
+        let workflow = self.service.create_workflow(workflow).await?;
         Ok(api::CreateWorkflowResponse::Created {
             location: format!("/ojs/v1/workflows/{}", workflow.id),
             body: types::WorkflowEnvelope {
@@ -755,10 +777,10 @@ impl api::HttpApi for HttpAdapter {
 
     async fn get_workflow(
         &self,
-        _ctx: RequestContext,
+        ctx: RequestContext,
         id: String,
     ) -> Result<api::GetWorkflowResponse, ApiError> {
-        let workflow = self.service.get_workflow(&id).await?;
+        let workflow = self.service.get_workflow(&ctx.scope(), &id).await?;
         Ok(api::GetWorkflowResponse::Ok(types::WorkflowEnvelope {
             workflow: convert::workflow(&workflow),
         }))
@@ -766,10 +788,10 @@ impl api::HttpApi for HttpAdapter {
 
     async fn cancel_workflow(
         &self,
-        _ctx: RequestContext,
+        ctx: RequestContext,
         id: String,
     ) -> Result<api::CancelWorkflowResponse, ApiError> {
-        let workflow = self.service.cancel_workflow(&id).await?;
+        let workflow = self.service.cancel_workflow(&ctx.scope(), &id).await?;
         Ok(api::CancelWorkflowResponse::Ok(types::WorkflowEnvelope {
             workflow: convert::workflow(&workflow),
         }))
@@ -804,7 +826,8 @@ impl api::HttpApi for HttpAdapter {
         };
         if event_stream {
             let ends = self.shutdown.clone().with_token(ctx.token.clone());
-            let events = push::follow_events(self.service.clone(), wanted, ends).await?;
+            let events =
+                push::follow_events(self.service.clone(), ctx.scope(), wanted, ends).await?;
             // A stream lasts as long as its client: it holds no admission slot.
             ctx.admission.release();
             return Ok(api::ListEventsResponse::OkEventStream(super::event_stream(
@@ -812,7 +835,7 @@ impl api::HttpApi for HttpAdapter {
                 ctx.request_id,
             )));
         }
-        let page = self.service.events(wanted).await?;
+        let page = self.service.events(&ctx.scope(), wanted).await?;
         Ok(api::ListEventsResponse::Ok(types::EventPage {
             events: page.events.iter().map(convert::event).collect(),
             cursor: page.cursor,
@@ -822,12 +845,13 @@ impl api::HttpApi for HttpAdapter {
 
     async fn create_token(
         &self,
-        _ctx: RequestContext,
+        ctx: RequestContext,
         body: types::TokenRequest,
     ) -> Result<api::CreateTokenResponse, ApiError> {
         let created = self
             .service
             .create_token(
+                ctx.queues.grant(),
                 body.name.as_deref(),
                 &body.roles,
                 body.queues.as_deref().unwrap_or_default(),
@@ -843,8 +867,8 @@ impl api::HttpApi for HttpAdapter {
         }))
     }
 
-    async fn list_tokens(&self, _ctx: RequestContext) -> Result<api::ListTokensResponse, ApiError> {
-        let tokens = self.service.list_tokens().await?;
+    async fn list_tokens(&self, ctx: RequestContext) -> Result<api::ListTokensResponse, ApiError> {
+        let tokens = self.service.list_tokens(&ctx.scope()).await?;
         Ok(api::ListTokensResponse::Ok(types::TokenList {
             tokens: tokens
                 .iter()
@@ -855,10 +879,10 @@ impl api::HttpApi for HttpAdapter {
 
     async fn revoke_token(
         &self,
-        _ctx: RequestContext,
+        ctx: RequestContext,
         name: String,
     ) -> Result<api::RevokeTokenResponse, ApiError> {
-        self.service.revoke_token(&name).await?;
+        self.service.revoke_token(&ctx.scope(), &name).await?;
         Ok(api::RevokeTokenResponse::Ok(types::TokenRevoked {
             name,
             revoked: true,

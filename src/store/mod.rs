@@ -18,6 +18,7 @@ use sqlx::postgres::{PgConnectOptions, PgPool, PgPoolOptions};
 use sqlx::types::Json;
 use uuid::Uuid;
 
+use crate::model::access::Scope;
 use crate::model::error::{CoreError, ErrorKind};
 use crate::model::job::{Job, JobState, MaintenanceReport, QueueSummary, RetryPolicy};
 use crate::model::queue::{QueueConfig, QueueStats};
@@ -533,6 +534,29 @@ impl Store {
         jobs(rows)
     }
 
+    /// The queues of the jobs among `ids` that exist (from `s3p.job_index`): what a scoped
+    /// token's by-id operation is checked against.
+    #[tracing::instrument(name = "db", skip_all, fields(op = "job_queues"))]
+    pub async fn job_queues(&self, ids: &[Uuid]) -> Result<Vec<(Uuid, String)>, CoreError> {
+        sqlx::query_as("SELECT id, queue FROM s3p.job_index WHERE id = ANY ($1)")
+            .bind(ids)
+            .fetch_all(&self.pool)
+            .await
+            .map_err(map_db_error)
+    }
+
+    /// Whether every queue of workflow `id` is in `scope` (true for a workflow that does not
+    /// exist: its own lookup answers not found).
+    #[tracing::instrument(name = "db", skip_all, fields(op = "workflow_in_scope"))]
+    pub async fn workflow_in_scope(&self, scope: &Scope, id: Uuid) -> Result<bool, CoreError> {
+        sqlx::query_scalar("SELECT s3p.workflow_in_scope($1, $2)")
+            .bind(id)
+            .bind(scope.like_patterns())
+            .fetch_one(&self.pool)
+            .await
+            .map_err(map_db_error)
+    }
+
     /// `s3p.get_job`.
     #[tracing::instrument(name = "db", skip_all, fields(op = "get_job"))]
     pub async fn get_job(&self, id: Uuid) -> Result<Job, CoreError> {
@@ -689,20 +713,22 @@ impl Store {
         .map_err(map_db_error)
     }
 
-    /// `s3p.heartbeat_worker`: extends every lease `worker` holds.
+    /// `s3p.heartbeat_worker`: extends every lease `worker` holds in a queue of `scope`.
     #[tracing::instrument(name = "db", skip_all, fields(op = "heartbeat_worker"))]
     pub async fn heartbeat_worker(
         &self,
+        scope: &Scope,
         worker: &str,
         visibility_ms: Option<i64>,
         default_visibility_ms: i64,
     ) -> Result<Vec<ExtendedLease>, CoreError> {
         sqlx::query_as(
-            "SELECT id, directive, lease_expires_at FROM s3p.heartbeat_worker($1, $2, $3)",
+            "SELECT id, directive, lease_expires_at FROM s3p.heartbeat_worker($1, $2, $3, $4)",
         )
         .bind(worker)
         .bind(visibility_ms)
         .bind(default_visibility_ms)
+        .bind(scope.like_patterns())
         .fetch_all(&self.pool)
         .await
         .map_err(map_db_error)
@@ -723,6 +749,7 @@ impl Store {
     #[tracing::instrument(name = "db", skip_all, fields(op = "dead_letters"))]
     pub async fn dead_letters(
         &self,
+        scope: &Scope,
         queue: Option<&str>,
         limit: i64,
         offset: i64,
@@ -731,15 +758,18 @@ impl Store {
         let limit = i32::try_from(limit).map_err(|_| {
             CoreError::invalid(format!("limit must be between 1 and 200, not {limit}"))
         })?;
-        let rows = sqlx::query_as("SELECT * FROM s3p.dead_letters($1, $2, $3)")
+        let patterns = scope.like_patterns();
+        let rows = sqlx::query_as("SELECT * FROM s3p.dead_letters($1, $2, $3, $4)")
             .bind(queue)
             .bind(limit)
             .bind(offset)
+            .bind(&patterns)
             .fetch_all(&self.pool)
             .await
             .map_err(map_db_error)?;
-        let total: i64 = sqlx::query_scalar("SELECT s3p.dead_letter_count($1)")
+        let total: i64 = sqlx::query_scalar("SELECT s3p.dead_letter_count($1, $2)")
             .bind(queue)
+            .bind(&patterns)
             .fetch_one(&self.pool)
             .await
             .map_err(map_db_error)?;
@@ -788,9 +818,10 @@ impl Store {
 
     /// `s3p.workflows_page`: the newest workflows with their progress.
     #[tracing::instrument(name = "db", skip_all, fields(op = "workflows_page"))]
-    pub async fn workflows_page(&self, limit: i32) -> Result<Value, CoreError> {
-        sqlx::query_scalar("SELECT s3p.workflows_page($1)")
+    pub async fn workflows_page(&self, scope: &Scope, limit: i32) -> Result<Value, CoreError> {
+        sqlx::query_scalar("SELECT s3p.workflows_page($1, $2)")
             .bind(limit)
+            .bind(scope.like_patterns())
             .fetch_one(&self.pool)
             .await
             .map_err(map_db_error)
@@ -963,16 +994,18 @@ impl Store {
     #[tracing::instrument(name = "db", skip_all, fields(op = "list_queues"))]
     pub async fn list_queues(
         &self,
+        scope: &Scope,
         count_available: bool,
         after: Option<&str>,
         page_size: Option<i64>,
     ) -> Result<Vec<QueueSummary>, CoreError> {
         let rows: Vec<(String, bool, DateTime<Utc>, Option<i64>)> = sqlx::query_as(
-            "SELECT name, paused, created_at, available FROM s3p.list_queues($1, $2, $3)",
+            "SELECT name, paused, created_at, available FROM s3p.list_queues($1, $2, $3, $4)",
         )
         .bind(count_available)
         .bind(after)
         .bind(page_size.map(|n| n as i32))
+        .bind(scope.like_patterns())
         .fetch_all(&self.pool)
         .await
         .map_err(map_db_error)?;
@@ -989,10 +1022,11 @@ impl Store {
 }
 
 impl Store {
-    /// How many queue namespaces exist.
+    /// How many queue namespaces of `scope` exist.
     #[tracing::instrument(name = "db", skip_all, fields(op = "count_queues"))]
-    pub async fn count_queues(&self) -> Result<i64, CoreError> {
-        sqlx::query_scalar("SELECT count(*) FROM s3p.queues")
+    pub async fn count_queues(&self, scope: &Scope) -> Result<i64, CoreError> {
+        sqlx::query_scalar("SELECT count(*) FROM s3p.queues WHERE s3p.in_scope(name, $1)")
+            .bind(scope.like_patterns())
             .fetch_one(&self.pool)
             .await
             .map_err(map_db_error)
@@ -1065,11 +1099,12 @@ impl Store {
             .map_err(map_db_error)
     }
 
-    /// `s3p.cron_unregister`.
+    /// `s3p.cron_unregister`: an entry of a queue outside `scope` is not found.
     #[tracing::instrument(name = "db", skip_all, fields(op = "unregister_cron"))]
-    pub async fn unregister_cron(&self, name: &str) -> Result<CronEntry, CoreError> {
-        sqlx::query_as::<_, CronRow>("SELECT * FROM s3p.cron_unregister($1)")
+    pub async fn unregister_cron(&self, scope: &Scope, name: &str) -> Result<CronEntry, CoreError> {
+        sqlx::query_as::<_, CronRow>("SELECT * FROM s3p.cron_unregister($1, $2)")
             .bind(name)
+            .bind(scope.like_patterns())
             .fetch_one(&self.pool)
             .await
             .map(CronEntry::from)
@@ -1078,8 +1113,9 @@ impl Store {
 
     /// `s3p.cron_list`.
     #[tracing::instrument(name = "db", skip_all, fields(op = "list_crons"))]
-    pub async fn list_crons(&self) -> Result<Vec<CronEntry>, CoreError> {
-        sqlx::query_as::<_, CronRow>("SELECT * FROM s3p.cron_list()")
+    pub async fn list_crons(&self, scope: &Scope) -> Result<Vec<CronEntry>, CoreError> {
+        sqlx::query_as::<_, CronRow>("SELECT * FROM s3p.cron_list($1)")
+            .bind(scope.like_patterns())
             .fetch_all(&self.pool)
             .await
             .map(|rows| rows.into_iter().map(CronEntry::from).collect())
@@ -1122,19 +1158,21 @@ impl Store {
     #[tracing::instrument(name = "db", skip_all, fields(op = "events"))]
     pub async fn events(
         &self,
+        scope: &Scope,
         after: crate::model::events::Cursor,
         types: Option<Vec<String>>,
         queues: Option<Vec<String>>,
         job_types: Option<Vec<String>>,
         limit: i32,
     ) -> Result<Vec<crate::model::events::Event>, CoreError> {
-        sqlx::query_as::<_, EventRow>("SELECT * FROM s3p.events_page($1, $2, $3, $4, $5, $6)")
+        sqlx::query_as::<_, EventRow>("SELECT * FROM s3p.events_page($1, $2, $3, $4, $5, $6, $7)")
             .bind(after.txid)
             .bind(after.seq)
             .bind(types)
             .bind(queues)
             .bind(job_types)
             .bind(limit)
+            .bind(scope.like_patterns())
             .fetch_all(&self.pool)
             .await
             .map(|rows| {
@@ -1174,14 +1212,16 @@ impl Store {
     /// `s3p.metrics_snapshot`: per-queue job and stream figures, `{"queues": [...]}`, read a page
     /// of queues per statement so no transaction locks every queue's tables at once.
     #[tracing::instrument(name = "db", skip_all, fields(op = "metrics_snapshot"))]
-    pub async fn metrics_snapshot(&self) -> Result<Value, CoreError> {
+    pub async fn metrics_snapshot(&self, scope: &Scope) -> Result<Value, CoreError> {
         const PAGE: i32 = 25;
+        let patterns = scope.like_patterns();
         let mut queues: Vec<Value> = Vec::new();
         let mut after: Option<String> = None;
         loop {
-            let mut page: Value = sqlx::query_scalar("SELECT s3p.metrics_snapshot($1, $2)")
+            let mut page: Value = sqlx::query_scalar("SELECT s3p.metrics_snapshot($1, $2, $3)")
                 .bind(after.as_deref())
                 .bind(PAGE)
+                .bind(&patterns)
                 .fetch_one(&self.pool)
                 .await
                 .map_err(map_db_error)?;

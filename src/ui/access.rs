@@ -63,13 +63,13 @@ impl UiState {
     }
 
     /// Checks an action (a form post): same origin, a writable gateway, and the operation's
-    /// role on the queue.
+    /// role on the queue; the grant as `allow` gives it.
     pub async fn allow_action(
         &self,
         headers: &HeaderMap,
         operation: &'static str,
         queue: Option<&str>,
-    ) -> Result<(), UiError> {
+    ) -> Result<Option<Grant>, UiError> {
         same_origin(headers)?;
         if self.stack.is_read_only() {
             return Err(CoreError::new(
@@ -78,7 +78,7 @@ impl UiState {
             )
             .into());
         }
-        self.allow(headers, operation, queue).await.map(|_| ())
+        self.allow(headers, operation, queue).await
     }
 }
 

@@ -14,7 +14,7 @@ use super::views;
 use super::{Page, UiError, UiState};
 use crate::core::browse::JOB_STATES;
 use crate::core::page::PageRequest;
-use crate::core::{CoreError, Grant};
+use crate::core::{CoreError, Grant, Scope};
 
 /// How many jobs a queue page lists.
 const JOBS_PER_PAGE: i64 = 50;
@@ -36,9 +36,9 @@ fn path<T>(p: Result<Path<T>, PathRejection>) -> Result<T, UiError> {
         .map_err(|e| UiError::Core(CoreError::invalid(e.body_text())))
 }
 
-/// Whether a grant (none: auth off) lets its holder see a queue.
-fn sees(grant: &Option<Grant>, queue: &str) -> bool {
-    grant.as_ref().is_none_or(|g| g.covers(queue))
+/// The queues a grant (none: auth off) lets its holder see.
+fn scope(grant: &Option<Grant>) -> Scope {
+    Scope::of(grant.as_ref())
 }
 
 /// The overview rows of one page of queues (only those the token is scoped to), and the
@@ -51,6 +51,7 @@ pub async fn overview(
     let page = ui
         .service
         .list_queues(
+            &scope(grant),
             false,
             &PageRequest {
                 limit: Some(QUEUES_PER_PAGE),
@@ -58,12 +59,7 @@ pub async fn overview(
             },
         )
         .await?;
-    let names: Vec<String> = page
-        .items
-        .iter()
-        .filter(|q| sees(grant, &q.name))
-        .map(|q| q.name.clone())
-        .collect();
+    let names: Vec<String> = page.items.iter().map(|q| q.name.clone()).collect();
     let stats = ui.service.queue_stats_of(&names).await?;
     Ok((
         stats.iter().map(views::queue_row).collect(),
@@ -131,10 +127,9 @@ pub async fn job(
 ) -> Response {
     let page = async {
         let id = path(id)?;
-        ui.allow(&headers, "getJob", None).await?;
-        let job = ui.service.get_job(&id).await?;
-        ui.allow(&headers, "getJob", Some(&job.queue)).await?;
-        let events = ui.service.job_events(&id, EVENTS_PER_JOB).await?;
+        let scope = scope(&ui.allow(&headers, "getJob", None).await?);
+        let job = ui.service.get_job(&scope, &id).await?;
+        let events = ui.service.job_events(&scope, &id, EVENTS_PER_JOB).await?;
         Ok::<Page, UiError>((
             "job.html",
             json!({ "job": views::job_detail(&job, &events) }),
@@ -165,12 +160,11 @@ pub async fn dead_letters(
         };
         let letters = ui
             .service
-            .dead_letters(queue.as_deref(), Some(50), offset)
+            .dead_letters(&scope(&grant), queue.as_deref(), Some(50), offset)
             .await?;
         let shown: Vec<Value> = letters
             .jobs
             .iter()
-            .filter(|j| sees(&grant, &j.queue))
             .map(|j| {
                 let mut row = views::job_row(j);
                 row["error"] = j
@@ -201,13 +195,12 @@ pub async fn dead_letters(
 pub async fn streams(State(ui): State<Arc<UiState>>, headers: HeaderMap) -> Response {
     let page = async {
         let grant = ui.allow(&headers, "streamInfo", None).await?;
-        let (snapshot, _) = ui.service.metrics_snapshot().await?;
+        let (snapshot, _) = ui.service.metrics_snapshot(&scope(&grant)).await?;
         let streams: Vec<Value> = snapshot
             .get("queues")
             .and_then(Value::as_array)
             .into_iter()
             .flatten()
-            .filter(|q| sees(&grant, q.get("queue").and_then(Value::as_str).unwrap_or("")))
             .map(|q| {
                 let stream = q.get("stream").cloned().unwrap_or(Value::Null);
                 json!({
@@ -267,13 +260,16 @@ pub async fn stream(
 /// `/ui/cron`: the cron registrations.
 pub async fn cron(State(ui): State<Arc<UiState>>, headers: HeaderMap) -> Response {
     let page = async {
-        ui.allow(&headers, "listCron", None).await?;
+        let grant = ui.allow(&headers, "listCron", None).await?;
         let entries = ui
             .service
-            .list_crons(&PageRequest {
-                limit: Some(crate::core::page::MAX_PAGE),
-                cursor: None,
-            })
+            .list_crons(
+                &scope(&grant),
+                &PageRequest {
+                    limit: Some(crate::core::page::MAX_PAGE),
+                    cursor: None,
+                },
+            )
             .await?;
         Ok::<Page, UiError>((
             "cron.html",
@@ -287,8 +283,8 @@ pub async fn cron(State(ui): State<Arc<UiState>>, headers: HeaderMap) -> Respons
 /// `/ui/workflows`: the newest workflows.
 pub async fn workflows(State(ui): State<Arc<UiState>>, headers: HeaderMap) -> Response {
     let page = async {
-        ui.allow(&headers, "getWorkflow", None).await?;
-        let mut list = ui.service.list_workflows(100).await?;
+        let grant = ui.allow(&headers, "getWorkflow", None).await?;
+        let mut list = ui.service.list_workflows(&scope(&grant), 100).await?;
         for w in &mut list {
             if let Some(at) = w
                 .get("created_at")
@@ -312,8 +308,8 @@ pub async fn workflow(
 ) -> Response {
     let page = async {
         let id = path(id)?;
-        ui.allow(&headers, "getWorkflow", None).await?;
-        let workflow = ui.service.get_workflow(&id).await?;
+        let grant = ui.allow(&headers, "getWorkflow", None).await?;
+        let workflow = ui.service.get_workflow(&scope(&grant), &id).await?;
         Ok::<Page, UiError>((
             "workflow.html",
             json!({ "workflow": views::workflow(&workflow) }),
@@ -415,21 +411,20 @@ async fn act_on_job(
 ) -> Result<String, UiError> {
     let id = path(id)?;
     let operation = action.operation();
-    // The role first, so that a caller without it learns nothing about the job.
-    ui.allow_action(headers, operation, None).await?;
-    let job = ui.service.get_job(&id).await?;
-    ui.allow(headers, operation, Some(&job.queue)).await?;
+    // The role first, so that a caller without it learns nothing about the job; a job of a
+    // queue outside the token's scope is not found.
+    let scope = scope(&ui.allow_action(headers, operation, None).await?);
     Ok(match action {
         JobAction::Cancel => {
-            ui.service.cancel_job(&id).await?;
+            let job = ui.service.cancel_job(&scope, &id).await?;
             format!("/ui/jobs/{}", job.id)
         }
         JobAction::RetryDeadLetter => {
-            ui.service.retry_dead_letter(&id).await?;
+            ui.service.retry_dead_letter(&scope, &id).await?;
             "/ui/dead-letters".to_string()
         }
         JobAction::DeleteDeadLetter => {
-            ui.service.delete_dead_letter(&id).await?;
+            ui.service.delete_dead_letter(&scope, &id).await?;
             "/ui/dead-letters".to_string()
         }
     })

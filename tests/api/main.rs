@@ -35,6 +35,7 @@ mod python_stubs;
 mod quotas;
 mod replica;
 mod revocation;
+mod scopes;
 mod stream_parity;
 mod streams;
 mod tls;
