@@ -346,7 +346,13 @@ BEGIN
     delay := CASE coalesce(policy->>'backoff_type', 'exponential')
                  WHEN 'constant' THEN initial
                  WHEN 'linear'   THEN initial * retry
-                 ELSE initial * power(coeff, greatest(retry - 1, 0))
+                 -- Compared in logs first: power() overflows float8 long before the cap
+                 -- matters (a coefficient of 2 after ~1,000 retries), and the cap wins anyway.
+                 ELSE CASE WHEN ln(greatest(coeff, 1)) * greatest(retry - 1, 0)
+                                >= ln(greatest(max_ms, 1)) - ln(greatest(initial, 1))
+                           THEN max_ms
+                           ELSE initial * power(coeff, greatest(retry - 1, 0))
+                      END
              END;
     delay := least(delay, max_ms);
     IF coalesce((policy->>'jitter')::boolean, true) THEN

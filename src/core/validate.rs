@@ -1,6 +1,6 @@
 //! Validation and normalisation of client input: every rule about what a request may contain.
 
-use chrono::{DateTime, Duration, Utc};
+use chrono::{DateTime, Datelike as _, Duration, Utc};
 use serde_json::{Map, Value, json};
 use uuid::Uuid;
 
@@ -122,6 +122,10 @@ pub fn parse_lease_token(token: Option<&str>) -> Result<Option<Uuid>, CoreError>
     }
 }
 
+/// Largest retry backoff coefficient: beyond it the second retry already waits for any
+/// `max_interval`; the delay itself saturates at `max_interval` in SQL (`s3p.retry_delay_ms`).
+pub const MAX_BACKOFF_COEFFICIENT: f64 = 100.0;
+
 /// Longest duration a client may send anywhere: delays, retention, takeover, retry intervals,
 /// unique periods, stream retry_after and older_than. 10 years: beyond any schedule, and `now`
 /// plus it fits every clock type on the way (chrono, PostgreSQL intervals and timestamps).
@@ -158,6 +162,10 @@ fn instant(field: &str, when: JobTime, now: DateTime<Utc>) -> Result<DateTime<Ut
             .with_detail("field", field.into())
     };
     match when {
+        // Text parses only to years 0000-9999; a typed time (gRPC) must keep to them as well.
+        JobTime::At(t) if !(0..=9999).contains(&t.year()) => {
+            Err(invalid("is out of range (years 0000-9999)"))
+        }
         JobTime::At(t) => Ok(t),
         // Only a typed span (gRPC) can be negative: no +ISO-8601 text says that.
         JobTime::After(ms) if ms < 0 => Err(invalid("is not a +ISO-8601 duration")),
@@ -295,10 +303,12 @@ pub fn retry_policy(input: Option<&Value>) -> Result<RetryPolicy, CoreError> {
                 "retry.backoff_coefficient must be a number",
             )
         })?;
-        if c < 1.0 || !c.is_finite() {
+        if !(1.0..=MAX_BACKOFF_COEFFICIENT).contains(&c) {
             return Err(CoreError::validation(
                 "backoff_coefficient",
-                format!("retry.backoff_coefficient must be at least 1.0, not {c}"),
+                format!(
+                    "retry.backoff_coefficient must be 1.0 to {MAX_BACKOFF_COEFFICIENT}, not {c}"
+                ),
             ));
         }
         policy.backoff_coefficient = c;

@@ -275,7 +275,26 @@ fn dependencies(workflow: &NewWorkflow) -> Result<Vec<Vec<usize>>, CoreError> {
 }
 
 fn prepared(job: &EnqueueJob, now: DateTime<Utc>, what: &str) -> Result<Value, CoreError> {
+    refuse_nesting(job).map_err(|e| validate::within(what, e))?;
     new_job_row(job, now).map_err(|e| validate::within(what, e))
+}
+
+/// The workflow primitives a step's `type` may not name: an SDK nesting a group or chain in a
+/// workflow sends it as a step of that type, which would otherwise be stored as a job of type
+/// `group` whose own jobs never exist. Nested workflows are not supported: refused, not stored
+/// wrong.
+const PRIMITIVES: [&str; 3] = ["chain", "group", "batch"];
+
+fn refuse_nesting(job: &EnqueueJob) -> Result<(), CoreError> {
+    if PRIMITIVES.contains(&job.job_type.as_str()) {
+        return Err(CoreError::invalid(format!(
+            "a step of type {:?} is a nested workflow, which pgvs3 does not support: \
+             give every step a job type, or express the shape with depends_on",
+            job.job_type
+        ))
+        .with_detail("field", "type".into()));
+    }
+    Ok(())
 }
 
 impl Service {

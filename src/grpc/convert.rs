@@ -89,7 +89,8 @@ fn duration(ms: i64) -> prost_types::Duration {
 }
 
 /// Saturates instead of overflowing: the core refuses anything past its bounds.
-fn duration_ms(d: &prost_types::Duration) -> i64 {
+/// A proto duration in milliseconds, saturating (bounds are the core's to refuse).
+pub(super) fn duration_ms(d: &prost_types::Duration) -> i64 {
     d.seconds
         .saturating_mul(1000)
         .saturating_add(i64::from(d.nanos) / 1_000_000)

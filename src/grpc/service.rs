@@ -302,9 +302,7 @@ impl OjsService for GrpcAdapter {
         let visibility = if r.visibility_timeout_ms != 0 {
             Some(r.visibility_timeout_ms)
         } else {
-            r.extend_by
-                .as_ref()
-                .map(|d| d.seconds * 1000 + i64::from(d.nanos) / 1_000_000)
+            r.extend_by.as_ref().map(super::convert::duration_ms)
         };
         let result = self
             .service

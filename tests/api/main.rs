@@ -28,6 +28,7 @@ mod layering;
 mod lifecycle;
 mod migrations;
 mod observability;
+mod off_path;
 mod otlp;
 mod private_cluster;
 mod push_delivery;

@@ -1,0 +1,169 @@
+//! Inputs off the tested path that used to reach PostgreSQL and come back as server errors, or be
+//! stored wrong: a gRPC time past year 9999, a retry backoff that overflows, a heartbeat span that
+//! overflows, and a workflow step that is itself a workflow (the JS SDK's nested group).
+
+use crate::common;
+
+use pgvs3::grpc::proto::ojs::v1 as pb;
+use serde_json::{Value, json};
+use tonic::Code;
+
+#[tokio::test]
+async fn a_grpc_time_past_year_9999_is_invalid_and_stores_nothing() {
+    let app = common::spawn_app().await;
+    let mut client = app.grpc().await;
+    let refused = client
+        .enqueue(pb::EnqueueRequest {
+            r#type: "far.future".into(),
+            options: Some(pb::EnqueueOptions {
+                queue: "far".into(),
+                // 10000-01-01T00:00:00Z
+                delay_until: Some(prost_types::Timestamp {
+                    seconds: 253_402_300_800,
+                    nanos: 0,
+                }),
+                ..Default::default()
+            }),
+            ..Default::default()
+        })
+        .await
+        .expect_err("refused");
+    assert_eq!(refused.code(), Code::InvalidArgument, "{refused:?}");
+    assert!(refused.message().contains("10000"), "{refused:?}");
+    let http = common::http::Http::new(&app);
+    let (_, queues) = http.get("/ojs/v1/queues").await;
+    assert!(!queues.to_string().contains("\"far\""), "{queues}");
+    app.stop().await;
+}
+
+#[tokio::test]
+async fn retry_backoff_is_bounded_and_saturates_at_its_maximum() {
+    let app = common::spawn_app().await;
+    let http = common::http::Http::new(&app);
+    let (status, body) = http
+        .post(
+            "/ojs/v1/jobs",
+            json!({"type": "t", "args": [], "options": {"queue": "q",
+                   "retry": {"max_attempts": 5, "backoff_coefficient": 1e300}}}),
+        )
+        .await;
+    assert_eq!(status, 422, "{body}");
+    assert_eq!(
+        body["error"]["details"]["field"], "backoff_coefficient",
+        "{body}"
+    );
+    // The delay of a late retry saturates at max_interval instead of overflowing power().
+    let pool = sqlx::PgPool::connect(&app.database_url)
+        .await
+        .expect("connect");
+    for (coefficient, retry) in [(2.0, 1_100), (100.0, 200), (100.0, 3)] {
+        let policy = json!({"backoff_coefficient": coefficient, "initial_interval_ms": 1000,
+                            "max_interval_ms": 300000, "jitter": false});
+        let delay: i64 = sqlx::query_scalar("SELECT s3p.retry_delay_ms($1, $2)")
+            .bind(&policy)
+            .bind(retry)
+            .fetch_one(&pool)
+            .await
+            .unwrap_or_else(|e| panic!("coefficient {coefficient}, retry {retry}: {e}"));
+        assert_eq!(delay, 300_000, "coefficient {coefficient}, retry {retry}");
+    }
+    let early: i64 = sqlx::query_scalar("SELECT s3p.retry_delay_ms($1, 3)")
+        .bind(
+            json!({"backoff_coefficient": 2.0, "initial_interval_ms": 1000,
+                     "max_interval_ms": 300000, "jitter": false}),
+        )
+        .fetch_one(&pool)
+        .await
+        .expect("delay");
+    assert_eq!(early, 4_000, "below the cap the backoff is unchanged");
+    pool.close().await;
+    app.stop().await;
+}
+
+#[tokio::test]
+async fn a_heartbeat_span_that_overflows_is_refused() {
+    let app = common::spawn_app().await;
+    let http = common::http::Http::new(&app);
+    http.ok_post(
+        "/ojs/v1/jobs",
+        json!({"type": "t", "args": [], "options": {"queue": "hb"}}),
+    )
+    .await;
+    let fetched = http
+        .ok_post(
+            "/ojs/v1/workers/fetch",
+            json!({"queues": ["hb"], "worker_id": "w"}),
+        )
+        .await;
+    let id = fetched["jobs"][0]["id"].as_str().expect("job").to_string();
+    let mut client = app.grpc().await;
+    let refused = client
+        .heartbeat(pb::HeartbeatRequest {
+            id: id.clone(),
+            extend_by: Some(prost_types::Duration {
+                seconds: i64::MAX / 10,
+                nanos: 0,
+            }),
+            ..Default::default()
+        })
+        .await
+        .expect_err("refused");
+    assert_eq!(refused.code(), Code::InvalidArgument, "{refused:?}");
+    let job = http.ok_get(&format!("/ojs/v1/jobs/{id}")).await;
+    assert_eq!(job["job"]["state"], "active", "{job}");
+    app.stop().await;
+}
+
+#[tokio::test]
+async fn a_nested_workflow_is_refused_and_nothing_is_stored() {
+    let app = common::spawn_app().await;
+    let http = common::http::Http::new(&app);
+    // The JS SDK's chain(a, group(b, c)).
+    let (status, body) = http
+        .post(
+            "/ojs/v1/workflows",
+            json!({"type": "chain", "name": "nested", "steps": [
+                {"type": "a.step", "args": [], "options": {"queue": "wf"}},
+                {"type": "group", "jobs": [
+                    {"type": "b.step", "args": []}, {"type": "c.step", "args": []}]}]}),
+        )
+        .await;
+    assert_eq!(status, 400, "{body}");
+    assert!(
+        body["error"]["message"]
+            .as_str()
+            .is_some_and(|m| m.contains("steps[1]") && m.contains("nested")),
+        "{body}"
+    );
+    let mut client = app.grpc().await;
+    let refused = client
+        .create_workflow(pb::CreateWorkflowRequest {
+            name: "nested".into(),
+            steps: vec![
+                pb::WorkflowStep {
+                    id: "a".into(),
+                    r#type: "a.step".into(),
+                    ..Default::default()
+                },
+                pb::WorkflowStep {
+                    id: "g".into(),
+                    r#type: "group".into(),
+                    depends_on: vec!["a".into()],
+                    ..Default::default()
+                },
+            ],
+        })
+        .await
+        .expect_err("refused");
+    assert_eq!(refused.code(), Code::InvalidArgument, "{refused:?}");
+    // Nothing was enqueued: no queue `wf`, no job of either step.
+    let (_, queues) = http.get("/ojs/v1/queues").await;
+    let names: Vec<Value> = queues["queues"].as_array().cloned().unwrap_or_default();
+    assert!(
+        names
+            .iter()
+            .all(|q| q["name"] != "wf" && q["name"] != "default"),
+        "{queues}"
+    );
+    app.stop().await;
+}
