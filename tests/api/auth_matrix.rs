@@ -13,7 +13,8 @@
 //!   types and spellings added to the lists below.
 //! - Callers: no token; a token lacking the operation's role (skipped for public operations); a
 //!   token holding every role scoped to `pub.*` ("outside the scope"); a revoked admin token.
-//! - Variants: the operation's own method, HEAD and OPTIONS (GET too for gRPC paths) × the seven
+//! - Variants: the operation's own method, HEAD and OPTIONS (GET too for gRPC paths; a method
+//!   that is another operation's on the same path, as HEAD is a GET's, is left to it) × the seven
 //!   content types of `CONTENT_TYPES` × the path spellings of `Spelling` × HTTP/1.1 and HTTP/2
 //!   (h2c with prior knowledge). The full cross product is sent for the no-token caller (the
 //!   header-only bypass of the issue), with each operation's first sample; to stay within a
@@ -22,21 +23,22 @@
 //!   HTTP operations go over HTTP/1.1 (the no-token caller's also over HTTP/2), gRPC paths over
 //!   both (`plan`, `variants`).
 //! - Verdicts: a caller without the role, token or with a revoked one never gets a 2xx (for gRPC,
-//!   a 2xx whose `grpc-status` is missing or 0: a trailers-only OK is a success). The role is the
-//!   operation's, or that of the operation the method and path are served as (HEAD is GET's).
-//!   The scoped caller may get a 2xx only for requests not naming vault (a heartbeat of worker
-//!   `w-vault` counts as not naming it: the worker is the caller's own), or a batch answer that
-//!   refuses the items naming vault one by one (`not_found`/`forbidden`). Public operations may
-//!   answer anyone. No successful answer may contain vault's name or ids beyond those the request
+//!   a 2xx whose `grpc-status` is missing or 0: a trailers-only OK is a success). The scoped
+//!   caller may get a 2xx only for requests not naming vault (a heartbeat of worker `w-vault`
+//!   counts as not naming it: the worker is the caller's own), or a batch answer refusing the
+//!   items naming vault one by one (`not_found`/`forbidden`). Public operations may answer
+//!   anyone. No successful answer may contain vault's name or ids beyond those the request
 //!   itself carried. No request goes unanswered (each is time-boxed). Afterwards every table of
 //!   `s3p` and of every queue schema is compared with its state before the matrix (row count and
 //!   an md5 of its rows): a lease extended by a heartbeat is a change too.
-//! - Failures are collected and printed together (a count per class, then the requests).
+//! - Failures are collected and printed together (a count per class with examples, then every
+//!   request; the whole report is also written to `auth_matrix_failures.txt` in the target's
+//!   tmp directory).
 //!
 //! `samples_are_valid_requests_for_an_admin` is the harness's own control: the admin token's
-//! sample of every operation is accepted as a well-formed request (no 400/405/415/422/500, no
-//! INVALID_ARGUMENT/UNIMPLEMENTED/INTERNAL, and for reads no 404), so refusals in the matrix are
-//! refusals of the caller, not of the body or of a path naming nothing.
+//! sample of every operation does what it asks (a success, no item of it refused), so refusals
+//! in the matrix are refusals of the caller, not of a malformed body or of a path naming
+//! nothing.
 
 use crate::common;
 
@@ -949,20 +951,20 @@ fn plan(tokens: &Tokens, v: &Vault) -> Vec<Probe> {
         let (filled, literal) = fill(op.name, op.template, v);
         for (index, sample) in op.samples(v).into_iter().enumerate() {
             for method in op.methods() {
-                // Another method may be another operation on the same path (HEAD is GET's):
-                // its role decides, and a GET handler reads no body.
+                // A method that is another operation's on this path (HEAD of a path with a GET)
+                // is sent as that operation's.
                 let served = all.iter().find(|other| {
                     other.template == op.template
                         && (other.method == method || (method == "HEAD" && other.method == "GET"))
                 });
-                let (role, reads_body) = match served {
-                    Some(other) if other.name != op.name => (other.role, false),
-                    _ => (op.role, true),
-                };
+                if served.is_some_and(|other| other.name != op.name) {
+                    continue;
+                }
+                let role = op.role;
                 let names_vault = !sample.permitted_outside
                     && (names(filled.as_bytes())
                         || names(sample.query.as_bytes())
-                        || (reads_body && names(&sample.body)));
+                        || names(&sample.body));
                 for caller in CallerKind::ALL {
                     let Some((label, token)) = tokens.caller(caller, role) else {
                         continue;
