@@ -24,13 +24,14 @@
 //!   both (`plan`, `variants`).
 //! - Verdicts: a caller without the role, token or with a revoked one never gets a 2xx (for gRPC,
 //!   a 2xx whose `grpc-status` is missing or 0: a trailers-only OK is a success). The scoped
-//!   caller may get a 2xx only for requests not naming vault (a heartbeat of worker `w-vault`
-//!   counts as not naming it: the worker is the caller's own), or a batch answer refusing the
-//!   items naming vault one by one (`not_found`/`forbidden`). Public operations may answer
-//!   anyone. No successful answer may contain vault's name or ids beyond those the request
-//!   itself carried. No request goes unanswered (each is time-boxed). Afterwards every table of
-//!   `s3p` and of every queue schema is compared with its state before the matrix (row count and
-//!   an md5 of its rows): a lease extended by a heartbeat is a change too.
+//!   caller may get a 2xx only for requests within its scope (`Reach`): naming nothing of vault
+//!   (a heartbeat of worker `w-vault` counts as its own) and not minting or revoking a token
+//!   wider than `pub.*`; or a batch answer refusing the items naming vault one by one
+//!   (`not_found`/`forbidden`). Public operations may answer anyone. No successful answer may
+//!   contain vault's name or ids beyond those the request itself carried. No request goes
+//!   unanswered (each is time-boxed). Afterwards every table of `s3p` and of every queue schema
+//!   is compared, row by row, with its state before the matrix: a lease extended by a heartbeat
+//!   is a change too.
 //! - Failures are collected and printed together (a count per class with examples, then every
 //!   request; the whole report is also written to `auth_matrix_failures.txt` in the target's
 //!   tmp directory).
@@ -426,9 +427,21 @@ struct Sample {
     accept: Option<&'static str>,
     /// Made up for an operation the matrix has no sample for.
     generic: bool,
-    /// A token scoped outside vault may make this request (it names vault only through the
-    /// worker id): only its answer and the database say whether vault was touched.
-    permitted_outside: bool,
+    /// Whether a token scoped outside vault may make this request.
+    reach: Reach,
+}
+
+/// Whether a token scoped outside vault may make a sample's request.
+#[derive(Clone, Copy, PartialEq, Eq)]
+enum Reach {
+    /// Not when it names vault's queue or objects.
+    ByName,
+    /// Yes: it names vault only through the worker id, the caller's own; only the answer and the
+    /// database say whether vault was touched.
+    Own,
+    /// No, though it names nothing of vault: it reaches beyond the caller's scope (minting an
+    /// unscoped token, revoking a token wider than the caller's scope).
+    Beyond,
 }
 
 impl Sample {
@@ -438,16 +451,13 @@ impl Sample {
             body: body.map_or_else(Bytes::new, |b| Bytes::from(b.to_string())),
             accept: None,
             generic: false,
-            permitted_outside: false,
+            reach: Reach::ByName,
         }
     }
 
-    /// The same sample, which a token scoped outside vault may send.
-    fn permitted_outside(self) -> Sample {
-        Sample {
-            permitted_outside: true,
-            ..self
-        }
+    /// The same sample with another `reach`.
+    fn reach(self, reach: Reach) -> Sample {
+        Sample { reach, ..self }
     }
 }
 
@@ -502,7 +512,6 @@ fn http_samples(id: &str, method: &str, v: &Vault) -> Vec<Sample> {
         | "listTokens"
         | "listCron"
         | "listQueues"
-        | "revokeToken"
         | "unregisterCron"
         | "deleteDeadLetter"
         | "getJob"
@@ -533,7 +542,10 @@ fn http_samples(id: &str, method: &str, v: &Vault) -> Vec<Sample> {
             },
         ],
         "purgeStreamDeadLetters" => vec![none("older_than=1ms")],
-        "createToken" => vec![with(json!({"name": "matrix-minted", "roles": ["admin"]}))],
+        "createToken" => {
+            vec![with(json!({"name": "matrix-minted", "roles": ["admin"]})).reach(Reach::Beyond)]
+        }
+        "revokeToken" => vec![none("").reach(Reach::Beyond)],
         "registerCron" => vec![with(
             json!({"name": "vault-hourly", "expression": "0 * * * *",
                                            "job_template": job("vault.hourly")}),
@@ -565,8 +577,8 @@ fn http_samples(id: &str, method: &str, v: &Vault) -> Vec<Sample> {
         )],
         // Naming no job extends every lease the worker holds.
         "heartbeat" => vec![
-            with(json!({"worker_id": WORKER})).permitted_outside(),
-            with(json!({"worker_id": WORKER, "job_id": v.active})).permitted_outside(),
+            with(json!({"worker_id": WORKER})).reach(Reach::Own),
+            with(json!({"worker_id": WORKER, "job_id": v.active})).reach(Reach::Own),
         ],
         "createWorkflow" => vec![with(json!({"name": "vault-intrusion", "steps": [
             {"id": "a", "type": "vault.intruder", "args": [], "options": {"queue": QUEUE}}]}))],
@@ -823,12 +835,16 @@ fn grpc_samples(path: &str, v: &Vault) -> Vec<Sample> {
                 body: Bytes::from_static(&[0, 0, 0, 0, 0]),
                 accept: None,
                 generic: true,
-                permitted_outside: false,
+                reach: Reach::ByName,
             }];
         }
     };
     // A heartbeat is the worker's own: what it may not do is extend or show vault's leases.
-    let permitted_outside = path.ends_with("/Heartbeat");
+    let reach = match path.rsplit('/').next() {
+        Some("Heartbeat") => Reach::Own,
+        Some("CreateToken" | "RevokeToken") => Reach::Beyond,
+        _ => Reach::ByName,
+    };
     frames
         .into_iter()
         .map(|body| Sample {
@@ -836,7 +852,7 @@ fn grpc_samples(path: &str, v: &Vault) -> Vec<Sample> {
             body,
             accept: None,
             generic: false,
-            permitted_outside,
+            reach,
         })
         .collect()
 }
@@ -936,8 +952,8 @@ struct Probe {
     path: String,
     body: Bytes,
     accept: Option<&'static str>,
-    /// The request names vault (path, query or body) and is not `permitted_outside`.
-    names_vault: bool,
+    /// The request is outside a `pub.*` scope (see `Reach`).
+    outside_scope: bool,
 }
 
 /// Every request of the matrix: the full product for the no-token caller's first sample of each
@@ -961,10 +977,11 @@ fn plan(tokens: &Tokens, v: &Vault) -> Vec<Probe> {
                     continue;
                 }
                 let role = op.role;
-                let names_vault = !sample.permitted_outside
-                    && (names(filled.as_bytes())
-                        || names(sample.query.as_bytes())
-                        || names(&sample.body));
+                let outside_scope = sample.reach == Reach::Beyond
+                    || sample.reach == Reach::ByName
+                        && (names(filled.as_bytes())
+                            || names(sample.query.as_bytes())
+                            || names(&sample.body));
                 for caller in CallerKind::ALL {
                     let Some((label, token)) = tokens.caller(caller, role) else {
                         continue;
@@ -992,7 +1009,7 @@ fn plan(tokens: &Tokens, v: &Vault) -> Vec<Probe> {
                                 path: spelling.spell(&filled, &literal, &sample.query),
                                 body: sample.body.clone(),
                                 accept: sample.accept,
-                                names_vault,
+                                outside_scope,
                             });
                         }
                     }
@@ -1306,7 +1323,7 @@ fn verdict(probe: &Probe, outcome: &Outcome, secrets: &[String]) -> Option<&'sta
         .any(|code| contains(&answer.body, code));
     let allowed = match probe.caller {
         _ if probe.role == Role::Public => true,
-        CallerKind::Scoped => !probe.names_vault || refuses_items,
+        CallerKind::Scoped => !probe.outside_scope || refuses_items,
         _ => false,
     };
     if !allowed {
@@ -1346,8 +1363,8 @@ fn describe(probe: &Probe, outcome: &Outcome, why: &str) -> String {
     )
 }
 
-/// Every table of the catalog and of every queue schema: its row count and an md5 of its rows.
-async fn dump(url: &str) -> BTreeMap<String, String> {
+/// Every table of the catalog and of every queue schema: its rows as text, in order.
+async fn dump(url: &str) -> BTreeMap<String, Vec<String>> {
     let pool = sqlx::postgres::PgPoolOptions::new()
         .max_connections(1)
         .connect(url)
@@ -1362,37 +1379,53 @@ async fn dump(url: &str) -> BTreeMap<String, String> {
     .fetch_all(&pool)
     .await
     .expect("list tables");
-    let mut sums = BTreeMap::new();
+    let mut rows = BTreeMap::new();
     for table in tables {
-        let sum: String = sqlx::query_scalar(sqlx::AssertSqlSafe(format!(
-            "SELECT count(*) || ' rows, md5 ' || coalesce(md5(string_agg(t::text, ',' ORDER BY t::text)), '-')
-               FROM {table} t"
+        let text: Vec<String> = sqlx::query_scalar(sqlx::AssertSqlSafe(format!(
+            "SELECT t::text FROM {table} t ORDER BY 1"
         )))
-        .fetch_one(&pool)
+        .fetch_all(&pool)
         .await
-        .expect("sum a table");
-        sums.insert(table, sum);
+        .expect("read a table");
+        rows.insert(table, text);
     }
     pool.close().await;
-    sums
+    rows
 }
 
+/// The tables whose rows differ, each with a few rows gone and rows new.
 fn changed_tables(
-    before: &BTreeMap<String, String>,
-    after: &BTreeMap<String, String>,
+    before: &BTreeMap<String, Vec<String>>,
+    after: &BTreeMap<String, Vec<String>>,
 ) -> Vec<String> {
     let names: BTreeSet<&String> = before.keys().chain(after.keys()).collect();
-    names
-        .into_iter()
-        .filter(|name| before.get(*name) != after.get(*name))
-        .map(|name| {
-            format!(
-                "{name}: {} -> {}",
-                before.get(name).map_or("absent", String::as_str),
-                after.get(name).map_or("absent", String::as_str)
-            )
-        })
-        .collect()
+    let mut changed = Vec::new();
+    for name in names {
+        let (old, new) = (before.get(name), after.get(name));
+        if old == new {
+            continue;
+        }
+        let count = |rows: Option<&Vec<String>>| {
+            rows.map_or("absent".into(), |r| format!("{} rows", r.len()))
+        };
+        let mut line = format!("{name}: {} -> {}", count(old), count(new));
+        let (old, new) = (
+            old.cloned().unwrap_or_default(),
+            new.cloned().unwrap_or_default(),
+        );
+        let gone = old.iter().filter(|r| !new.contains(r));
+        let came = new.iter().filter(|r| !old.contains(r));
+        for (sign, row) in gone
+            .take(3)
+            .map(|r| ("-", r))
+            .chain(came.take(3).map(|r| ("+", r)))
+        {
+            let shown: String = row.chars().take(160).collect();
+            let _ = write!(line, "\n    {sign} {shown}");
+        }
+        changed.push(line);
+    }
+    changed
 }
 
 fn address(app: &common::TestApp) -> String {
@@ -1523,7 +1556,7 @@ async fn admin_call(
         path: Spelling::AsIs.spell(&filled, &literal, &sample.query),
         body: sample.body.clone(),
         accept: sample.accept,
-        names_vault: true,
+        outside_scope: true,
     };
     let outcome = client.send(&probe).await;
     let line = describe(&probe, &outcome, "sample");
