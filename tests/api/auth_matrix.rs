@@ -1328,7 +1328,7 @@ fn verdict(probe: &Probe, outcome: &Outcome, secrets: &[String]) -> Option<&'sta
     };
     if !allowed {
         Some(match probe.caller {
-            CallerKind::Scoped => "2xx for a token scoped outside vault, on vault",
+            CallerKind::Scoped => "2xx for a token scoped to pub.*, outside its scope",
             _ => "2xx without authorization",
         })
     } else if reveals {
