@@ -13,6 +13,7 @@ mod common;
 
 mod advanced_parity;
 mod auth;
+mod auth_matrix;
 mod backup;
 mod bad_input;
 mod classification;
