@@ -537,6 +537,7 @@ impl Client {
                         queue: QUEUE.into(),
                         max_retries,
                         retention: retention.map(str::to_string),
+                        ..Default::default()
                     })
                     .await
                     .map_err(grpc_error)?
