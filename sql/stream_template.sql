@@ -650,7 +650,8 @@ END
 $fn$;
 
 -- Nacks one message of an active batch: a retry due after `retry_after_ms` for this consumer, or a
--- dead letter once max_retries is exhausted. The batch stays active for the rest.
+-- dead letter once max_retries is exhausted, whose reason says so (and adds `why` when given).
+-- The batch stays active for the rest.
 CREATE OR REPLACE FUNCTION __SCHEMA__.stream_nack(id uuid, name text, message uuid, retry_after_ms bigint, why text)
 RETURNS TABLE (outcome text, retry_count int, due_at timestamptz)
 LANGUAGE plpgsql AS $fn$
@@ -673,7 +674,9 @@ BEGIN
     attempts := ev.retry_count + 1;
     IF attempts > cfg.max_retries THEN
         INSERT INTO __SCHEMA__.stream_dead_letters (id, event_id, consumer, type, payload, headers, retry_count, reason)
-        VALUES (gen_random_uuid(), ev.event_id, batch.consumer, ev.type, ev.payload, ev.headers, ev.retry_count, why);
+        VALUES (gen_random_uuid(), ev.event_id, batch.consumer, ev.type, ev.payload, ev.headers, ev.retry_count,
+                concat_ws(': ', format('retries exhausted after %s retries (max_retries %s)', ev.retry_count, cfg.max_retries),
+                          nullif(why, '')));
         RETURN QUERY SELECT 'dead_letter'::text, ev.retry_count, NULL::timestamptz;
     ELSE
         INSERT INTO __SCHEMA__.stream_retry_events (event_id, consumer, type, payload, headers, retry_count, reason, due_at)

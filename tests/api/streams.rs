@@ -954,6 +954,49 @@ async fn ticks_are_cut_to_the_configured_bounds_and_skip_no_late_commit() {
     }
 }
 
+/// A message dead-lettered after max_retries says why, with or without a nack reason.
+#[tokio::test]
+async fn dead_letters_say_retries_were_exhausted() {
+    let app = spawn_quiet().await;
+    let api = Api::new(&app);
+    let mut conn = db(&app).await;
+    let q = "whydead";
+    api.subscribe(q, "c", None, false).await;
+    api.set_config(q, json!({"max_retries": 1})).await;
+    let (silent, _) = api.append(q, "why.silent", json!({"n": 1})).await;
+    let (told, _) = api.append(q, "why.told", json!({"n": 2})).await;
+    for _ in 0..2 {
+        let batch = api.receive(q, "c", 100).await;
+        let id = batch_id(&batch).expect("batch");
+        let (status, answer) = api
+            .post(
+                "/ojs/v1/streams/nack",
+                json!({"queue": q, "batch_id": id, "message_id": silent, "retry_after": "0s"}),
+            )
+            .await;
+        assert_eq!(status, StatusCode::OK, "{answer}");
+        api.nack(q, &id, &told, "0s", "downstream said no").await;
+        api.ack(q, &id).await;
+        maintain(&mut conn).await;
+    }
+    let letters = api.dead_letters(q).await;
+    let reason = |message: &str| {
+        letters
+            .iter()
+            .find(|l| l["message_id"] == message)
+            .map(|l| l["reason"].clone())
+            .unwrap_or_else(|| panic!("{message} is not dead-lettered: {letters:?}"))
+    };
+    assert_eq!(
+        reason(&silent),
+        "retries exhausted after 1 retries (max_retries 1)"
+    );
+    assert_eq!(
+        reason(&told),
+        "retries exhausted after 1 retries (max_retries 1): downstream said no"
+    );
+}
+
 /// `max_bytes` bounds a batch by its events' bytes (payload and headers as JSON text) the way
 /// `max` bounds it by count: a next tick alone over it is 413 and changes nothing, merging stops
 /// before it, and it must lie in 1..=16 MiB.
@@ -1160,7 +1203,10 @@ async fn mixed_batch_nack_one_ack_the_rest() {
     assert_eq!(letter["message_id"], nacked.as_str());
     assert_eq!(letter["consumer"], "a");
     assert_eq!(letter["type"], "mix.two");
-    assert_eq!(letter["reason"], "boom 3");
+    assert_eq!(
+        letter["reason"],
+        "retries exhausted after 2 retries (max_retries 2): boom 3"
+    );
     assert_eq!(letter["payload"], json!({"n": 2, "keep": "me"}));
     assert_eq!(int(letter, "retry_count"), 2);
     assert_eq!(int(&api.info(q).await, "dead_letters"), 1);
@@ -1206,7 +1252,13 @@ async fn dead_letters_inspect_replay_and_purge() {
         assert_eq!(letter["consumer"], "a");
         assert_eq!(letter["type"], "dead.one");
         assert_eq!(letter["payload"], json!({"n": n + 1}));
-        assert_eq!(letter["reason"], format!("reason {}", n + 1));
+        assert_eq!(
+            letter["reason"],
+            format!(
+                "retries exhausted after 0 retries (max_retries 0): reason {}",
+                n + 1
+            )
+        );
         assert_eq!(int(letter, "retry_count"), 0);
     }
     let page = api
