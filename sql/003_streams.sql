@@ -92,6 +92,7 @@ LANGUAGE sql IMMUTABLE PARALLEL SAFE AS $$
 $$;
 
 -- `max_bytes` last, with its default (16 MiB), so SQL callers of the older signature still work.
+-- A NULL `max_events` is the stream's tick_max_events.
 DROP FUNCTION IF EXISTS s3p.stream_receive(text, text, text, int, uuid);
 CREATE OR REPLACE FUNCTION s3p.stream_receive(queue text, consumer text, member text, max_events int,
                                               new_batch uuid, max_bytes bigint DEFAULT 16777216)
@@ -160,12 +161,16 @@ BEGIN
 END
 $$;
 
-CREATE OR REPLACE FUNCTION s3p.stream_configure(queue text, max_retries int, retention_ms bigint)
-RETURNS TABLE (max_retries_now int, retention_ms_now bigint)
+-- The tick bounds last, with NULL defaults, so SQL callers of the older signature still work.
+DROP FUNCTION IF EXISTS s3p.stream_configure(text, int, bigint);
+CREATE OR REPLACE FUNCTION s3p.stream_configure(queue text, max_retries int, retention_ms bigint,
+                                                tick_max_events int DEFAULT NULL,
+                                                tick_max_bytes bigint DEFAULT NULL)
+RETURNS TABLE (max_retries_now int, retention_ms_now bigint, tick_max_events_now int, tick_max_bytes_now bigint)
 LANGUAGE plpgsql AS $$
 BEGIN
-    RETURN QUERY EXECUTE format('SELECT * FROM %I.stream_configure($1, $2)', s3p.existing_queue_schema(queue))
-        USING max_retries, retention_ms;
+    RETURN QUERY EXECUTE format('SELECT * FROM %I.stream_configure($1, $2, $3, $4)', s3p.existing_queue_schema(queue))
+        USING max_retries, retention_ms, tick_max_events, tick_max_bytes;
 END
 $$;
 

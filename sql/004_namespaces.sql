@@ -106,16 +106,19 @@ BEGIN
     IF NOT FOUND THEN
         RAISE EXCEPTION 'queue % not found', queue USING ERRCODE = 'PV404';
     END IF;
-    EXECUTE format('SELECT max_retries, retention_ms, takeover_ms FROM %I.stream_config', q.schema_name)
+    EXECUTE format('SELECT max_retries, retention_ms, takeover_ms, tick_max_events, tick_max_bytes FROM %I.stream_config',
+                   q.schema_name)
         INTO stream;
     RETURN q.settings || jsonb_build_object('max_retries', stream.max_retries, 'retention_ms', stream.retention_ms,
-                                            'takeover_ms', stream.takeover_ms);
+                                            'takeover_ms', stream.takeover_ms,
+                                            'tick_max_events', stream.tick_max_events,
+                                            'tick_max_bytes', stream.tick_max_bytes);
 END
 $$;
 
 -- Reads or updates a queue's configuration. `changes` may hold job_retention_ms, max_jobs,
 -- max_stream_events (JSON null clears a quota), autovacuum (storage parameters of the jobs table),
--- max_retries, retention_ms and takeover_ms (stream). Returns the whole configuration; no changes
+-- max_retries, retention_ms, takeover_ms, tick_max_events and tick_max_bytes (stream). Returns the whole configuration; no changes
 -- is a read (`queue_config_view`).
 CREATE OR REPLACE FUNCTION s3p.queue_config(queue text, changes jsonb) RETURNS jsonb
 LANGUAGE plpgsql AS $$
@@ -155,11 +158,13 @@ BEGIN
         q.settings := q.settings || jsonb_build_object('autovacuum',
             coalesce(q.settings->'autovacuum', '{}'::jsonb) || (changes->'autovacuum'));
     END IF;
-    q.settings := jsonb_strip_nulls(q.settings || (changes - 'autovacuum' - 'max_retries' - 'retention_ms' - 'takeover_ms'));
+    q.settings := jsonb_strip_nulls(q.settings || (changes - 'autovacuum' - 'max_retries' - 'retention_ms' - 'takeover_ms'
+                                                   - 'tick_max_events' - 'tick_max_bytes'));
     UPDATE s3p.queues SET settings = q.settings WHERE name = queue;
-    IF changes ? 'max_retries' OR changes ? 'retention_ms' THEN
-        EXECUTE format('SELECT * FROM %I.stream_configure($1, $2)', q.schema_name)
-            USING (changes->>'max_retries')::int, (changes->>'retention_ms')::bigint;
+    IF changes ?| ARRAY['max_retries', 'retention_ms', 'tick_max_events', 'tick_max_bytes'] THEN
+        EXECUTE format('SELECT * FROM %I.stream_configure($1, $2, $3, $4)', q.schema_name)
+            USING (changes->>'max_retries')::int, (changes->>'retention_ms')::bigint,
+                  (changes->>'tick_max_events')::int, (changes->>'tick_max_bytes')::bigint;
     END IF;
     -- How long a cooperative member's batch stays its own before another member may take it over.
     IF changes ? 'takeover_ms' THEN

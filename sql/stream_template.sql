@@ -15,6 +15,10 @@ CREATE TABLE IF NOT EXISTS __SCHEMA__.stream_config (
     rotations           bigint NOT NULL DEFAULT 0
 );
 INSERT INTO __SCHEMA__.stream_config DEFAULT VALUES ON CONFLICT DO NOTHING;
+-- The most events and bytes (s3p.stream_event_bytes) one tick may add: ticks are cut to them,
+-- except that one transaction's events are never split (a batch is a snapshot diff).
+ALTER TABLE __SCHEMA__.stream_config ADD COLUMN IF NOT EXISTS tick_max_events int NOT NULL DEFAULT 1000;
+ALTER TABLE __SCHEMA__.stream_config ADD COLUMN IF NOT EXISTS tick_max_bytes bigint NOT NULL DEFAULT 4194304;
 
 CREATE SEQUENCE IF NOT EXISTS __SCHEMA__.stream_tick_seq;
 CREATE TABLE IF NOT EXISTS __SCHEMA__.stream_ticks (
@@ -268,45 +272,154 @@ LANGUAGE sql STABLE AS $fn$
      ORDER BY e.seq
 $fn$;
 
--- Creates a tick when events are visible that the latest tick does not cover (or always, with
--- `force`), recording how many it adds; returns the latest tick either way. The snapshot never
--- counts this transaction's own appends as visible.
-CREATE OR REPLACE FUNCTION __SCHEMA__.stream_tick(force boolean DEFAULT false) RETURNS bigint
+-- The stream's tick lock: one transaction at a time cuts ticks, and holds it until it commits, so
+-- tick ids, snapshots and commits follow one order and a cutter sees the ticks cut before it.
+-- Taken after the stream lock and the consumer's subscription row (see "Lock order"). Without
+-- `wait`, false when another transaction holds it.
+CREATE OR REPLACE FUNCTION __SCHEMA__.stream_lock_ticks(wait boolean) RETURNS boolean
+LANGUAGE plpgsql AS $fn$
+BEGIN
+    IF wait THEN
+        PERFORM pg_advisory_xact_lock(hashtext('s3p.stream.ticks:__SCHEMA__'));
+        RETURN true;
+    END IF;
+    RETURN pg_try_advisory_xact_lock(hashtext('s3p.stream.ticks:__SCHEMA__'));
+END
+$fn$;
+
+-- Cuts one tick after the latest: the transactions visible in `now_snap` and not in the latest
+-- tick, in txid order, while their events stay within `max_events` and `max_bytes` (a first
+-- transaction over either bound is taken alone: its events are never split). When all of them
+-- fit, the tick is `now_snap`; else it is a snapshot showing what the latest tick showed plus the
+-- transactions taken, and hiding the rest. Its visible set lies between the two real snapshots,
+-- so ticks stay ordered, and a transaction left out or still in progress shows in a later tick:
+-- never skipped. `tick` is NULL when nothing new is visible (unless `force`); `complete` says
+-- whether the tick reached `now_snap`. The caller holds the tick lock and took `now_snap` after
+-- it (stream_snapshot()).
+CREATE OR REPLACE FUNCTION __SCHEMA__.stream_cut(max_events bigint, max_bytes bigint, now_snap pg_snapshot,
+                                                 force boolean, OUT tick bigint, OUT complete boolean)
 LANGUAGE plpgsql AS $fn$
 DECLARE
     latest record;
-    now_snapshot pg_snapshot := __SCHEMA__.stream_snapshot();
-    n_added bigint;
-    n_targeted bigint;
-    n_bytes bigint;
-    created bigint;
+    late xid8[];
+    g record;
+    n bigint := 0;
+    n_targeted bigint := 0;
+    n_bytes bigint := 0;
+    top bigint;
+    cut xid8;
+    upto xid8;
+    hidden xid8[];
+    snap pg_snapshot := now_snap;
 BEGIN
-    SELECT t.tick_id, t.snapshot INTO latest FROM __SCHEMA__.stream_ticks t ORDER BY t.tick_id DESC LIMIT 1;
-    IF latest.tick_id IS NOT NULL THEN
-        SELECT count(*), count(*) FILTER (WHERE e.target IS NOT NULL),
-               coalesce(sum(s3p.stream_event_bytes(e.payload, e.headers)), 0)
-          INTO n_added, n_targeted, n_bytes
-          FROM __SCHEMA__.stream_events e
-         WHERE e.txid >= pg_snapshot_xmin(latest.snapshot) AND e.txid < pg_snapshot_xmax(now_snapshot)
-           AND pg_visible_in_snapshot(e.txid, now_snapshot)
-           AND NOT pg_visible_in_snapshot(e.txid, latest.snapshot);
+    complete := true;
+    SELECT t.tick_id, t.snapshot, t.max_seq INTO latest
+      FROM __SCHEMA__.stream_ticks t ORDER BY t.tick_id DESC LIMIT 1;
+    IF latest.tick_id IS NULL THEN
+        INSERT INTO __SCHEMA__.stream_ticks (snapshot, max_seq)
+        VALUES (now_snap, coalesce((SELECT max(e.seq) FROM __SCHEMA__.stream_events e), 0))
+        RETURNING tick_id INTO tick;
+        RETURN;
     END IF;
-    IF force OR latest.tick_id IS NULL OR n_added > 0 THEN
-        INSERT INTO __SCHEMA__.stream_ticks (snapshot, max_seq, prev_tick, added, targeted, added_bytes)
-        VALUES (now_snapshot, coalesce((SELECT max(e.seq) FROM __SCHEMA__.stream_events e), 0),
-                latest.tick_id, n_added, n_targeted, n_bytes)
-        RETURNING tick_id INTO created;
-        RETURN created;
+
+    -- Late commits first (in progress at the latest tick, finished now; all below its xmax).
+    late := ARRAY(SELECT x FROM pg_snapshot_xip(latest.snapshot) x
+                   WHERE pg_visible_in_snapshot(x, now_snap) ORDER BY x);
+    IF cardinality(late) > 0 THEN
+        FOR g IN SELECT e.txid, count(*) AS n, count(e.target) AS targeted,
+                        sum(s3p.stream_event_bytes(e.payload, e.headers)) AS bytes, max(e.seq) AS top
+                   FROM __SCHEMA__.stream_events e WHERE e.txid = ANY (late)
+                  GROUP BY e.txid ORDER BY e.txid
+        LOOP
+            IF n > 0 AND (n + g.n > max_events OR n_bytes + g.bytes > max_bytes) THEN
+                cut := g.txid;
+                EXIT;
+            END IF;
+            n := n + g.n;
+            n_targeted := n_targeted + g.targeted;
+            n_bytes := n_bytes + g.bytes;
+            top := greatest(top, g.top);
+        END LOOP;
     END IF;
-    RETURN latest.tick_id;
+
+    -- Then the transactions from the latest tick's xmax on: the first whose events overflow. The
+    -- running sums follow the txid index and stop there, so this reads about one tick's events.
+    IF cut IS NULL THEN
+        SELECT x.txid, x.first_txid INTO g FROM (
+            SELECT e.txid, first_value(e.txid) OVER w AS first_txid, count(*) OVER w AS running,
+                   sum(s3p.stream_event_bytes(e.payload, e.headers)) OVER w AS running_bytes
+              FROM __SCHEMA__.stream_events e
+             WHERE e.txid >= pg_snapshot_xmax(latest.snapshot) AND e.txid < pg_snapshot_xmax(now_snap)
+               AND pg_visible_in_snapshot(e.txid, now_snap)
+            WINDOW w AS (ORDER BY e.txid ROWS UNBOUNDED PRECEDING)) x
+         WHERE n + x.running > max_events OR n_bytes + x.running_bytes > max_bytes
+         LIMIT 1;
+        IF FOUND THEN
+            cut := CASE WHEN n = 0 AND g.txid = g.first_txid
+                        THEN (g.txid::text::numeric + 1)::text::xid8 ELSE g.txid END;
+        END IF;
+    END IF;
+
+    IF cut IS NOT NULL THEN
+        -- Visible: below `upto` and neither in progress now nor a late commit from `cut` on.
+        complete := false;
+        upto := greatest(pg_snapshot_xmax(latest.snapshot), cut);
+        hidden := ARRAY(SELECT h.x FROM (
+                            SELECT x FROM pg_snapshot_xip(latest.snapshot) x WHERE x >= cut
+                            UNION SELECT x FROM pg_snapshot_xip(now_snap) x WHERE x < upto) h
+                         ORDER BY h.x);
+        snap := format('%s:%s:%s', least(hidden[1], upto), upto, array_to_string(hidden, ','))::pg_snapshot;
+    END IF;
+    SELECT n + count(*), n_targeted + count(e.target),
+           n_bytes + coalesce(sum(s3p.stream_event_bytes(e.payload, e.headers)), 0),
+           greatest(top, max(e.seq))
+      INTO n, n_targeted, n_bytes, top
+      FROM __SCHEMA__.stream_events e
+     WHERE e.txid >= pg_snapshot_xmax(latest.snapshot) AND e.txid < pg_snapshot_xmax(snap)
+       AND pg_visible_in_snapshot(e.txid, snap);
+
+    IF n = 0 AND NOT force THEN
+        RETURN;
+    END IF;
+    INSERT INTO __SCHEMA__.stream_ticks (snapshot, max_seq, prev_tick, added, targeted, added_bytes)
+    VALUES (snap,
+            CASE WHEN complete THEN coalesce((SELECT max(e.seq) FROM __SCHEMA__.stream_events e), 0)
+                 ELSE greatest(latest.max_seq, top) END,
+            latest.tick_id, n, n_targeted, n_bytes)
+    RETURNING tick_id INTO tick;
+END
+$fn$;
+
+-- Ticks everything visible now that the latest tick does not cover, in ticks within the stream's
+-- tick_max_events and tick_max_bytes (or one empty tick with `force`); returns the latest tick.
+-- The snapshot never counts this transaction's own appends as visible.
+CREATE OR REPLACE FUNCTION __SCHEMA__.stream_tick(force boolean DEFAULT false) RETURNS bigint
+LANGUAGE plpgsql AS $fn$
+DECLARE
+    cfg __SCHEMA__.stream_config;
+    now_snap pg_snapshot;
+    made record;
+BEGIN
+    PERFORM __SCHEMA__.stream_lock(false);
+    PERFORM __SCHEMA__.stream_lock_ticks(true);
+    SELECT * INTO cfg FROM __SCHEMA__.stream_config;
+    now_snap := __SCHEMA__.stream_snapshot();
+    LOOP
+        SELECT * INTO made FROM __SCHEMA__.stream_cut(cfg.tick_max_events, cfg.tick_max_bytes, now_snap, force);
+        EXIT WHEN made.tick IS NULL OR made.complete;
+        force := false;
+    END LOOP;
+    RETURN (SELECT max(t.tick_id) FROM __SCHEMA__.stream_ticks t);
 END
 $fn$;
 
 -- Receives the next batch for a consumer (or a cooperative member): the active batch again if
 -- there is one; else the events from the cursor tick to the next tick, merging further ticks while
--- the total stays within `max_events` events and `max_bytes` bytes (s3p.stream_event_bytes). A
--- next tick alone over either raises PV413 and changes nothing. Empty ranges move the cursor.
--- Returns no rows when there is nothing to deliver.
+-- the total stays within `max_events` events (NULL: the stream's tick_max_events) and `max_bytes`
+-- bytes (s3p.stream_event_bytes). A next tick alone over either raises PV413 (DETAIL: its events
+-- and bytes as JSON) and changes nothing. Past the newest tick it cuts ticks on demand, each
+-- within the receive's bounds and the stream's tick bounds. Empty ranges move the cursor. Returns
+-- no rows when there is nothing to deliver.
 DROP FUNCTION IF EXISTS __SCHEMA__.stream_receive(text, text, int, uuid);
 CREATE OR REPLACE FUNCTION __SCHEMA__.stream_receive(name text, member_name text, max_events int, new_batch uuid,
                                                      max_bytes bigint DEFAULT 16777216)
@@ -327,8 +440,16 @@ DECLARE
     bytes       bigint;
     merged      int := 0;
     cfg         __SCHEMA__.stream_config;
+    limit_events bigint;
+    cut_events  bigint;
+    cut_bytes   bigint;
+    made        record;
 BEGIN
     PERFORM __SCHEMA__.stream_lock(false);
+    SELECT * INTO cfg FROM __SCHEMA__.stream_config;
+    limit_events := coalesce(max_events, cfg.tick_max_events);
+    cut_events := least(limit_events, cfg.tick_max_events);
+    cut_bytes := least(max_bytes, cfg.tick_max_bytes);
     SELECT * INTO sub FROM __SCHEMA__.stream_subscriptions s WHERE s.consumer = name FOR UPDATE;
     IF NOT FOUND THEN
         RAISE EXCEPTION 'consumer % not found', name USING ERRCODE = 'PV404';
@@ -346,7 +467,6 @@ BEGIN
 
     IF sub.cooperative THEN
         -- Take over the oldest batch another member left unacked past the takeover interval.
-        SELECT * INTO cfg FROM __SCHEMA__.stream_config;
         SELECT b.batch_id INTO existing FROM __SCHEMA__.stream_batches b
          WHERE b.consumer = name AND b.state = 'active'
            AND b.created_at < now() - make_interval(secs => cfg.takeover_ms / 1000.0)
@@ -371,11 +491,18 @@ BEGIN
           FROM __SCHEMA__.stream_ticks t
          WHERE t.tick_id > cursor_tick ORDER BY t.tick_id LIMIT 1;
         IF NOT FOUND THEN
-            -- On-demand tick: only when there is something new to deliver.
+            -- On-demand tick: only when there is something new to deliver, and unless another
+            -- receive cut one while this one waited for the tick lock.
             IF NOT EXISTS (SELECT 1 FROM __SCHEMA__.stream_between(cursor_snap, __SCHEMA__.stream_snapshot(), name)) THEN
                 RETURN;
             END IF;
-            PERFORM __SCHEMA__.stream_tick();
+            PERFORM __SCHEMA__.stream_lock_ticks(true);
+            IF NOT EXISTS (SELECT 1 FROM __SCHEMA__.stream_ticks t WHERE t.tick_id > cursor_tick) THEN
+                SELECT * INTO made FROM __SCHEMA__.stream_cut(cut_events, cut_bytes, __SCHEMA__.stream_snapshot(), false);
+                IF made.tick IS NULL THEN
+                    RETURN;
+                END IF;
+            END IF;
             CONTINUE;
         END IF;
 
@@ -401,13 +528,13 @@ BEGIN
             cursor_tick := next_tick.tick_id;
             CONTINUE;
         END IF;
-        IF n > max_events THEN
-            RAISE EXCEPTION 'the next batch holds % events, more than max %', n, max_events
-                USING ERRCODE = 'PV413';
+        IF n > limit_events THEN
+            RAISE EXCEPTION 'the next batch holds % events, more than max %', n, limit_events
+                USING ERRCODE = 'PV413', DETAIL = jsonb_build_object('events', n, 'bytes', bytes)::text;
         END IF;
         IF bytes > max_bytes THEN
             RAISE EXCEPTION 'the next batch holds % bytes of events, more than max_bytes %', bytes, max_bytes
-                USING ERRCODE = 'PV413';
+                USING ERRCODE = 'PV413', DETAIL = jsonb_build_object('events', n, 'bytes', bytes)::text;
         END IF;
 
         end_tick_id := next_tick.tick_id;
@@ -420,7 +547,15 @@ BEGIN
             SELECT t.tick_id, t.snapshot, t.prev_tick, t.added, t.targeted, t.added_bytes INTO next_tick
               FROM __SCHEMA__.stream_ticks t
              WHERE t.tick_id > end_tick_id ORDER BY t.tick_id LIMIT 1;
-            EXIT WHEN NOT FOUND;
+            IF NOT FOUND THEN
+                -- Past the newest tick with room left: cut the next one, unless another
+                -- transaction is cutting (then this batch ends here).
+                EXIT WHEN n >= limit_events OR bytes >= max_bytes
+                       OR NOT __SCHEMA__.stream_lock_ticks(false);
+                SELECT * INTO made FROM __SCHEMA__.stream_cut(cut_events, cut_bytes, __SCHEMA__.stream_snapshot(), false);
+                EXIT WHEN made.tick IS NULL;
+                CONTINUE;
+            END IF;
             IF next_tick.prev_tick = end_tick_id AND next_tick.added IS NOT NULL AND next_tick.added_bytes IS NOT NULL THEN
                 n := n + next_tick.added;
                 bytes := bytes + next_tick.added_bytes;
@@ -428,7 +563,7 @@ BEGIN
                 SELECT count(*), coalesce(sum(s3p.stream_event_bytes(e.payload, e.headers)), 0) INTO n, bytes
                   FROM __SCHEMA__.stream_between(cursor_snap, next_tick.snapshot, name) e;
             END IF;
-            EXIT WHEN n > max_events OR bytes > max_bytes;
+            EXIT WHEN n > limit_events OR bytes > max_bytes;
             end_tick_id := next_tick.tick_id;
             end_snap := next_tick.snapshot;
             merged := merged + 1;
@@ -515,7 +650,8 @@ END
 $fn$;
 
 -- Nacks one message of an active batch: a retry due after `retry_after_ms` for this consumer, or a
--- dead letter once max_retries is exhausted. The batch stays active for the rest.
+-- dead letter once max_retries is exhausted, whose reason says so (and adds `why` when given).
+-- The batch stays active for the rest.
 CREATE OR REPLACE FUNCTION __SCHEMA__.stream_nack(id uuid, name text, message uuid, retry_after_ms bigint, why text)
 RETURNS TABLE (outcome text, retry_count int, due_at timestamptz)
 LANGUAGE plpgsql AS $fn$
@@ -538,7 +674,9 @@ BEGIN
     attempts := ev.retry_count + 1;
     IF attempts > cfg.max_retries THEN
         INSERT INTO __SCHEMA__.stream_dead_letters (id, event_id, consumer, type, payload, headers, retry_count, reason)
-        VALUES (gen_random_uuid(), ev.event_id, batch.consumer, ev.type, ev.payload, ev.headers, ev.retry_count, why);
+        VALUES (gen_random_uuid(), ev.event_id, batch.consumer, ev.type, ev.payload, ev.headers, ev.retry_count,
+                concat_ws(': ', format('retries exhausted after %s retries (max_retries %s)', ev.retry_count, cfg.max_retries),
+                          nullif(why, '')));
         RETURN QUERY SELECT 'dead_letter'::text, ev.retry_count, NULL::timestamptz;
     ELSE
         INSERT INTO __SCHEMA__.stream_retry_events (event_id, consumer, type, payload, headers, retry_count, reason, due_at)
@@ -584,6 +722,8 @@ LANGUAGE sql STABLE AS $fn$
         'retention_ms', c.retention_ms,
         'rotation_period_ms', c.retention_ms / 2,
         'max_retries', c.max_retries,
+        'tick_max_events', c.tick_max_events,
+        'tick_max_bytes', c.tick_max_bytes,
         'segments', (SELECT jsonb_agg(jsonb_build_object('segment', g.segment,
                          'events', (SELECT count(*) FROM __SCHEMA__.stream_events e WHERE e.segment = g.segment),
                          'switched_at', g.switched_at, 'sealed_at', g.sealed_at) ORDER BY g.segment)
@@ -591,21 +731,28 @@ LANGUAGE sql STABLE AS $fn$
       FROM __SCHEMA__.stream_config c
 $fn$;
 
--- Updates max_retries and/or retention; returns the config.
--- Nothing to change is a read: no row lock, no write (a hot standby serves it).
-CREATE OR REPLACE FUNCTION __SCHEMA__.stream_configure(new_max_retries int, new_retention_ms bigint)
-RETURNS TABLE (max_retries int, retention_ms bigint)
+-- Updates max_retries, retention and/or the tick bounds (NULL leaves one as it is); returns the
+-- config. Nothing to change is a read: no row lock, no write (a hot standby serves it).
+DROP FUNCTION IF EXISTS __SCHEMA__.stream_configure(int, bigint);
+CREATE OR REPLACE FUNCTION __SCHEMA__.stream_configure(new_max_retries int, new_retention_ms bigint,
+                                                       new_tick_max_events int DEFAULT NULL,
+                                                       new_tick_max_bytes bigint DEFAULT NULL)
+RETURNS TABLE (max_retries int, retention_ms bigint, tick_max_events int, tick_max_bytes bigint)
 LANGUAGE plpgsql AS $fn$
 BEGIN
-    IF new_max_retries IS NULL AND new_retention_ms IS NULL THEN
-        RETURN QUERY SELECT c.max_retries, c.retention_ms FROM __SCHEMA__.stream_config c;
+    IF new_max_retries IS NULL AND new_retention_ms IS NULL AND new_tick_max_events IS NULL
+       AND new_tick_max_bytes IS NULL THEN
+        RETURN QUERY SELECT c.max_retries, c.retention_ms, c.tick_max_events, c.tick_max_bytes
+                       FROM __SCHEMA__.stream_config c;
         RETURN;
     END IF;
     RETURN QUERY
     UPDATE __SCHEMA__.stream_config c
        SET max_retries = coalesce(new_max_retries, c.max_retries),
-           retention_ms = coalesce(new_retention_ms, c.retention_ms)
-    RETURNING c.max_retries, c.retention_ms;
+           retention_ms = coalesce(new_retention_ms, c.retention_ms),
+           tick_max_events = coalesce(new_tick_max_events, c.tick_max_events),
+           tick_max_bytes = coalesce(new_tick_max_bytes, c.tick_max_bytes)
+    RETURNING c.max_retries, c.retention_ms, c.tick_max_events, c.tick_max_bytes;
 END
 $fn$;
 

@@ -22,6 +22,25 @@ pub const MAX_RECEIVE_WAIT_MS: i64 = 5_000;
 /// Shortest retention.
 pub const MIN_RETENTION_MS: i64 = 1_000;
 
+/// Checks a stream's tick bounds: events within 1..=`MAX_RECEIVE` (so some `max` always fits a
+/// tick) and bytes within 1..=`MAX_RESPONSE_BYTES` (so some `max_bytes` does).
+pub fn check_tick_bounds(events: Option<i64>, bytes: Option<i64>) -> Result<(), CoreError> {
+    for (field, value, most) in [
+        ("tick_max_events", events, MAX_RECEIVE),
+        ("tick_max_bytes", bytes, MAX_RESPONSE_BYTES),
+    ] {
+        if let Some(n) = value
+            && !(1..=most).contains(&n)
+        {
+            return Err(CoreError::invalid(format!(
+                "{field} must be between 1 and {most}, not {n}"
+            ))
+            .with_detail("field", field.into()));
+        }
+    }
+    Ok(())
+}
+
 fn check_name(field: &str, name: &str) -> Result<(), CoreError> {
     let ok = !name.is_empty()
         && name.len() <= 128
@@ -171,13 +190,16 @@ impl Service {
         if let Some(member) = &request.member {
             check_name("member", member)?;
         }
-        let max = request.max.unwrap_or(100);
-        if !(1..=MAX_RECEIVE).contains(&max) {
+        // No max: the stream's tick_max_events, which every tick but one transaction's fits.
+        if let Some(max) = request.max
+            && !(1..=MAX_RECEIVE).contains(&max)
+        {
             return Err(CoreError::invalid(format!(
                 "max must be between 1 and {MAX_RECEIVE}, not {max}"
             ))
             .with_detail("field", "max".into()));
         }
+        let max = request.max.map(|m| m as i32);
         let max_bytes = request.max_bytes.unwrap_or(MAX_RESPONSE_BYTES);
         if !(1..=MAX_RESPONSE_BYTES).contains(&max_bytes) {
             return Err(CoreError::invalid(format!(
@@ -203,7 +225,7 @@ impl Service {
                     queue,
                     &request.consumer,
                     request.member.as_deref(),
-                    max as i32,
+                    max,
                     max_bytes,
                 )
                 .await?;
@@ -287,6 +309,8 @@ impl Service {
         queue: &str,
         max_retries: Option<i64>,
         retention: Option<&str>,
+        tick_max_events: Option<i64>,
+        tick_max_bytes: Option<i64>,
     ) -> Result<StreamConfig, CoreError> {
         check_queue_name(queue)?;
         if let Some(n) = max_retries
@@ -306,9 +330,14 @@ impl Service {
             ))
             .with_detail("field", "retention".into()));
         }
-        self.store
-            .stream_configure(queue, max_retries.map(|n| n as i32), retention_ms)
-            .await
+        check_tick_bounds(tick_max_events, tick_max_bytes)?;
+        let changes = StreamConfigChanges {
+            max_retries: max_retries.map(|n| n as i32),
+            retention_ms,
+            tick_max_events: tick_max_events.map(|n| n as i32),
+            tick_max_bytes,
+        };
+        self.store.stream_configure(queue, &changes).await
     }
 
     /// A page of dead letters, oldest first: up to `limit` entries and `MAX_RESPONSE_BYTES`.

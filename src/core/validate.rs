@@ -683,6 +683,10 @@ pub struct QueueConfigChanges {
     pub mirror_job_events: Option<bool>,
     /// How long a cooperative member's unacked batch is its own (duration text, at least 1ms).
     pub takeover: Option<String>,
+    /// Most events one stream tick adds.
+    pub tick_max_events: Option<i64>,
+    /// Most bytes one stream tick adds.
+    pub tick_max_bytes: Option<i64>,
 }
 
 fn duration_field(field: &str, text: &str, min_ms: i64) -> Result<i64, CoreError> {
@@ -718,6 +722,15 @@ pub fn queue_config_changes(c: &QueueConfigChanges) -> Result<Value, CoreError> 
             "retention_ms".into(),
             duration_field("retention", text, 1000)?.into(),
         );
+    }
+    super::stream::check_tick_bounds(c.tick_max_events, c.tick_max_bytes)?;
+    for (name, value) in [
+        ("tick_max_events", c.tick_max_events),
+        ("tick_max_bytes", c.tick_max_bytes),
+    ] {
+        if let Some(n) = value {
+            out.insert(name.into(), n.into());
+        }
     }
     if let Some(text) = &c.takeover {
         out.insert(

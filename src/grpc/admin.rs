@@ -36,6 +36,8 @@ fn config(config: &QueueConfig) -> pb::QueueConfig {
         autovacuum: config.autovacuum.as_ref().map(to_struct),
         mirror_job_events: config.mirror_job_events,
         takeover_ms: config.takeover_ms,
+        tick_max_events: config.tick_max_events,
+        tick_max_bytes: config.tick_max_bytes,
     }
 }
 
@@ -70,6 +72,8 @@ fn changes(r: pb::SetQueueConfigRequest) -> Result<QueueConfigChanges, CoreError
             .filter(|settings| !settings.is_empty()),
         mirror_job_events: r.mirror_job_events,
         takeover: r.takeover,
+        tick_max_events: r.tick_max_events,
+        tick_max_bytes: r.tick_max_bytes,
     })
 }
 
@@ -259,6 +263,8 @@ mod tests {
             max_stream_events: None,
             autovacuum: Some(autovacuum),
             mirror_job_events: false,
+            tick_max_events: 1000,
+            tick_max_bytes: 4_194_304,
         });
         assert_eq!((c.max_retries, c.retention.as_str()), (3, "2000ms"));
         assert_eq!((c.max_jobs, c.max_stream_events), (Some(10), None));

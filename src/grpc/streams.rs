@@ -120,6 +120,8 @@ fn config(c: &StreamConfig) -> pb::StreamConfig {
         max_retries: c.max_retries,
         retention: format!("{}ms", c.retention_ms),
         retention_ms: c.retention_ms,
+        tick_max_events: c.tick_max_events,
+        tick_max_bytes: c.tick_max_bytes,
     }
 }
 
@@ -362,7 +364,10 @@ impl StreamService for StreamAdapter {
         let id = request_id(&request);
         admit_queues(request.extensions(), &id, [request.get_ref().queue.clone()])?;
         let queue = request.into_inner().queue;
-        let result = self.service.stream_config(&queue, None, None).await;
+        let result = self
+            .service
+            .stream_config(&queue, None, None, None, None)
+            .await;
         answer(
             &id,
             result.map(|c| pb::GetConfigResponse {
@@ -380,7 +385,13 @@ impl StreamService for StreamAdapter {
         let r = request.into_inner();
         let result = self
             .service
-            .stream_config(&r.queue, r.max_retries, r.retention.as_deref())
+            .stream_config(
+                &r.queue,
+                r.max_retries,
+                r.retention.as_deref(),
+                r.tick_max_events,
+                r.tick_max_bytes,
+            )
             .await;
         answer(
             &id,

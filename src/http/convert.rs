@@ -275,6 +275,8 @@ pub fn queue_config(config: &QueueConfig) -> types::QueueConfig {
         autovacuum: config.autovacuum.clone(),
         mirror_job_events: Some(config.mirror_job_events),
         takeover_ms: Some(config.takeover_ms),
+        tick_max_events: Some(config.tick_max_events),
+        tick_max_bytes: Some(config.tick_max_bytes),
     }
 }
 
@@ -302,6 +304,8 @@ pub fn queue_config_changes(
         autovacuum: body.autovacuum,
         mirror_job_events: body.mirror_job_events,
         takeover: body.takeover,
+        tick_max_events: body.tick_max_events,
+        tick_max_bytes: body.tick_max_bytes,
     })
 }
 

@@ -15,6 +15,10 @@ pub struct QueueConfig {
     pub retention_ms: i64,
     /// How long a cooperative member's unacked batch stays its own, ms.
     pub takeover_ms: i64,
+    /// Most events one stream tick adds (one transaction's events are never split).
+    pub tick_max_events: i64,
+    /// Most bytes one stream tick adds.
+    pub tick_max_bytes: i64,
     /// How long terminal jobs are kept, ms; the server default when absent.
     #[serde(default)]
     pub job_retention_ms: Option<i64>,

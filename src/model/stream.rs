@@ -138,6 +138,24 @@ pub struct StreamConfig {
     pub max_retries: i32,
     /// Minimum retention.
     pub retention_ms: i64,
+    /// Most events one tick adds (one transaction's events are never split); also the default
+    /// `max` of a receive.
+    pub tick_max_events: i32,
+    /// Most bytes (payloads and headers as JSON) one tick adds, but for one transaction alone.
+    pub tick_max_bytes: i64,
+}
+
+/// Changes to the stream settings, validated; `None` leaves a setting as it is.
+#[derive(Debug, Clone, Default, PartialEq)]
+pub struct StreamConfigChanges {
+    /// Nacks before a message is dead-lettered.
+    pub max_retries: Option<i32>,
+    /// Minimum retention, ms.
+    pub retention_ms: Option<i64>,
+    /// Most events one tick adds.
+    pub tick_max_events: Option<i32>,
+    /// Most bytes one tick adds.
+    pub tick_max_bytes: Option<i64>,
 }
 
 /// A stream dead letter.
@@ -179,7 +197,8 @@ pub struct Receive {
     pub consumer: String,
     /// Cooperative member.
     pub member: Option<String>,
-    /// Ceiling on the batch size (default 100).
+    /// Ceiling on the batch size (default: the stream's `tick_max_events`, 1,000 unless
+    /// configured, so a receive without `max` fits every tick but one transaction's alone).
     pub max: Option<i64>,
     /// Ceiling on the batch's bytes (default and most: `MAX_RESPONSE_BYTES`).
     pub max_bytes: Option<i64>,
@@ -224,6 +243,10 @@ pub struct StreamInfo {
     pub rotation_period_ms: i64,
     /// Nacks before a message is dead-lettered.
     pub max_retries: i32,
+    /// Most events one tick adds (one transaction's events are never split).
+    pub tick_max_events: i64,
+    /// Most bytes one tick adds (payloads and headers as JSON).
+    pub tick_max_bytes: i64,
     /// The segments in order.
     pub segments: Vec<StreamSegment>,
 }

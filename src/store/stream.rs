@@ -10,8 +10,8 @@ use uuid::Uuid;
 use super::{Store, map_db_error};
 use crate::model::error::CoreError;
 use crate::model::stream::{
-    ActiveBatch, Appended, Batch, ConsumerInfo, StreamConfig, StreamDeadLetter, StreamEvent,
-    StreamInfo, StreamNackOutcome, Subscription,
+    ActiveBatch, Appended, Batch, ConsumerInfo, StreamConfig, StreamConfigChanges,
+    StreamDeadLetter, StreamEvent, StreamInfo, StreamNackOutcome, Subscription,
 };
 
 /// A batch from its rows: every row repeats the batch columns and carries one event (none for an
@@ -66,6 +66,26 @@ fn batch(rows: &[PgRow]) -> Result<Option<Batch>, sqlx::Error> {
         });
     }
     Ok(Some(out))
+}
+
+/// A receive's error: a 413 carries the next tick's events and bytes (the DETAIL of PV413) as
+/// `next_tick_events` and `next_tick_bytes`, the ceilings a retry needs.
+fn receive_error(error: sqlx::Error) -> CoreError {
+    let detail = error
+        .as_database_error()
+        .and_then(|db| db.try_downcast_ref::<sqlx::postgres::PgDatabaseError>())
+        .filter(|db| db.code() == "PV413")
+        .and_then(|db| db.detail())
+        .and_then(|d| serde_json::from_str::<Value>(d).ok());
+    let mut mapped = map_db_error(error);
+    if let Some(detail) = detail {
+        for (key, field) in [("events", "next_tick_events"), ("bytes", "next_tick_bytes")] {
+            if let Some(n) = detail.get(key).and_then(Value::as_i64) {
+                mapped = mapped.with_detail(field, n.into());
+            }
+        }
+    }
+    mapped
 }
 
 #[derive(sqlx::FromRow)]
@@ -192,7 +212,7 @@ impl Store {
         queue: &str,
         consumer: &str,
         member: Option<&str>,
-        max: i32,
+        max: Option<i32>,
         max_bytes: i64,
     ) -> Result<Option<Batch>, CoreError> {
         let rows: Vec<PgRow> = self
@@ -207,7 +227,7 @@ impl Store {
                     .fetch_all(self.pool())
             })
             .await
-            .map_err(map_db_error)?;
+            .map_err(receive_error)?;
         batch(&rows).map_err(map_db_error)
     }
 
@@ -304,25 +324,28 @@ impl Store {
             .map_err(map_db_error)
     }
 
-    /// `s3p.stream_configure` (NULLs leave a setting as it is).
+    /// `s3p.stream_configure` (`None` leaves a setting as it is).
     #[tracing::instrument(name = "db", skip_all, fields(op = "stream_configure"))]
     pub async fn stream_configure(
         &self,
         queue: &str,
-        max_retries: Option<i32>,
-        retention_ms: Option<i64>,
+        changes: &StreamConfigChanges,
     ) -> Result<StreamConfig, CoreError> {
-        let (max_retries, retention_ms): (i32, i64) =
-            sqlx::query_as("SELECT * FROM s3p.stream_configure($1, $2, $3)")
+        let (max_retries, retention_ms, tick_max_events, tick_max_bytes): (i32, i64, i32, i64) =
+            sqlx::query_as("SELECT * FROM s3p.stream_configure($1, $2, $3, $4, $5)")
                 .bind(queue)
-                .bind(max_retries)
-                .bind(retention_ms)
+                .bind(changes.max_retries)
+                .bind(changes.retention_ms)
+                .bind(changes.tick_max_events)
+                .bind(changes.tick_max_bytes)
                 .fetch_one(self.pool())
                 .await
                 .map_err(map_db_error)?;
         Ok(StreamConfig {
             max_retries,
             retention_ms,
+            tick_max_events,
+            tick_max_bytes,
         })
     }
 

@@ -537,6 +537,7 @@ impl Client {
                         queue: QUEUE.into(),
                         max_retries,
                         retention: retention.map(str::to_string),
+                        ..Default::default()
                     })
                     .await
                     .map_err(grpc_error)?
@@ -1080,7 +1081,7 @@ async fn streams_are_the_same_over_http_and_grpc() {
                 r#"config Ok((0, "604800000ms", 604800000))"#,
                 r#"nack Ok(("dead_letter", 1, false))"#,
                 "ack Ok(())",
-                r#"dlq [(true, "c1", Object {"n": Number(3)}, 1, Some("gave up"))]"#,
+                r#"dlq [(true, "c1", Object {"n": Number(3)}, 1, Some("retries exhausted after 1 retries (max_retries 0): gave up"))]"#,
                 "receive empty",
                 "replay Ok(1)",
                 r#"replay again Err("not_found")"#,

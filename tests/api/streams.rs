@@ -670,6 +670,10 @@ async fn max_smaller_than_the_next_tick_is_413_and_nothing_is_lost() {
             .await;
         assert_eq!(status, StatusCode::PAYLOAD_TOO_LARGE, "max {max}: {answer}");
         assert_eq!(error_code(&answer), "batch_too_large");
+        // The answer names the ceilings a retry needs: the next tick's events and bytes.
+        let details = &answer["error"]["details"];
+        assert_eq!(details["next_tick_events"], 10, "{answer}");
+        assert_eq!(details["next_tick_bytes"], 10 * 8, "{answer}");
         let listed = api.consumer(q, "c").await;
         assert_eq!(int(&listed, "last_tick"), start, "cursor unchanged");
         assert!(
@@ -699,6 +703,298 @@ async fn max_smaller_than_the_next_tick_is_413_and_nothing_is_lost() {
     assert_eq!(status, StatusCode::PAYLOAD_TOO_LARGE, "{answer}");
     let rest = all_ids(&api.drain(q, "c", 7).await);
     assert_eq!(rest, more);
+}
+
+// ---------------------------------------------------------------------------------------------
+// Bounded ticks
+
+/// Receives without `max` (the stream's tick_max_events, 1,000) until `want` events came; every
+/// answer is 200 with at most 1,000 events. Returns the ids in delivery order.
+async fn receive_all_on_default_ceiling(
+    api: &Api,
+    q: &str,
+    consumer: &str,
+    want: usize,
+) -> Vec<String> {
+    let mut seen = Vec::new();
+    let deadline = Instant::now() + Duration::from_secs(120);
+    while seen.len() < want {
+        assert!(
+            Instant::now() < deadline,
+            "{consumer} got {} of {want}",
+            seen.len()
+        );
+        let (status, batch) = api.receive_raw(q, json!({"consumer": consumer})).await;
+        assert_eq!(status, StatusCode::OK, "{consumer}: {batch}");
+        let Some(id) = batch_id(&batch) else {
+            tokio::time::sleep(Duration::from_millis(5)).await;
+            continue;
+        };
+        let got = ids(&batch);
+        assert!(got.len() <= 1000, "{consumer}: a batch of {}", got.len());
+        seen.extend(got);
+        api.ack(q, &id).await;
+    }
+    seen
+}
+
+/// Appends that come faster than the consumers receive (four appenders, bursts of up to 1,000,
+/// no receive in between, no maintenance pass, no manual tick) never stall a consumer on its
+/// default ceiling: the receives cut ticks of at most 1,000 events, a consumer receiving during
+/// the burst and one starting after it both get every event once, with no 413; a transaction
+/// that appended before the burst and commits after it is delivered too.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_burst_of_appends_never_stalls_consumers_on_their_default_ceiling() {
+    let app = spawn_quiet().await;
+    let api = Api::new(&app);
+    let q = "burst";
+    api.subscribe(q, "during", None, false).await;
+    api.subscribe(q, "after", None, false).await;
+
+    let mut held = db(&app).await;
+    let mut tx = held.begin().await.expect("begin");
+    let (late_id, _) = sql_append(&mut tx, q, "burst.late").await;
+
+    let sizes = [1000, 300, 300, 700, 1, 1000, 999, 2];
+    let per_appender: usize = sizes.iter().sum();
+    let mut appenders = Vec::new();
+    for a in 0..4 {
+        let api = api.clone();
+        appenders.push(tokio::spawn(async move {
+            let mut ids = Vec::new();
+            for (n, size) in sizes.iter().enumerate() {
+                let batch = (0..*size)
+                    .map(|i| msg("burst.one", json!({"a": a, "n": n, "i": i})))
+                    .collect();
+                ids.extend(
+                    api.append_many(q, batch)
+                        .await
+                        .into_iter()
+                        .map(|(id, _)| id),
+                );
+            }
+            ids
+        }));
+    }
+    let total = 4 * per_appender + 1;
+    let during = {
+        let api = api.clone();
+        tokio::spawn(async move { receive_all_on_default_ceiling(&api, q, "during", total).await })
+    };
+    let mut appended = HashSet::new();
+    for appender in appenders {
+        appended.extend(appender.await.expect("appender"));
+    }
+    assert_eq!(appended.len(), 4 * per_appender);
+    tx.commit().await.expect("commit the late append");
+    appended.insert(late_id.clone());
+
+    let during = during.await.expect("consumer during the burst");
+    let after = receive_all_on_default_ceiling(&api, q, "after", total).await;
+    for (name, seen) in [("during", during), ("after", after)] {
+        assert_eq!(assert_once(&seen, name), appended, "{name}");
+    }
+    // Nothing is left, and no tick the receives cut holds more than 1,000 events.
+    for consumer in ["during", "after"] {
+        assert_eq!(batch_id(&api.receive(q, consumer, 1).await), None);
+    }
+    let mut conn = db(&app).await;
+    let schema = queue_schema(&mut conn, q).await;
+    let largest: i64 = sqlx::query_scalar(sqlx::AssertSqlSafe(format!(
+        "SELECT max(added) FROM \"{schema}\".stream_ticks"
+    )))
+    .fetch_one(&mut conn)
+    .await
+    .expect("largest tick");
+    assert!(largest <= 1000, "a tick of {largest} events");
+}
+
+/// The tick bounds are per queue (`tick_max_events`, `tick_max_bytes` in the queue config; the
+/// default receive ceiling follows): ticks hold whole transactions within them, one over them
+/// stands alone (a default receive answers 413 naming it; a larger max gets it), and transactions
+/// still open at a cut, or left out of it by the bound, come in a later tick: none is skipped or
+/// delivered twice.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn ticks_are_cut_to_the_configured_bounds_and_skip_no_late_commit() {
+    let app = spawn_quiet().await;
+    let api = Api::new(&app);
+    let q = "bounded";
+    api.subscribe(q, "c", None, false).await;
+    let config = api
+        .set_config(
+            q,
+            json!({"tick_max_events": 250, "tick_max_bytes": 1_000_000}),
+        )
+        .await;
+    assert_eq!(int(&config, "tick_max_events"), 250, "{config}");
+    assert_eq!(int(&config, "tick_max_bytes"), 1_000_000, "{config}");
+    let hundred = |tag: &'static str| {
+        (0..100)
+            .map(move |i| msg("bounded.one", json!({"tag": tag, "i": i})))
+            .collect::<Vec<_>>()
+    };
+    let append = |tag: &'static str| {
+        let api = api.clone();
+        async move {
+            api.append_many(q, hundred(tag))
+                .await
+                .into_iter()
+                .map(|(id, _)| id)
+                .collect::<Vec<_>>()
+        }
+    };
+    // A held writer open across the first cut.
+    let mut held = db(&app).await;
+    let mut t0 = held.begin().await.expect("begin");
+    let mut t0_ids = Vec::new();
+    for _ in 0..100 {
+        t0_ids.push(sql_append(&mut t0, q, "bounded.held").await.0);
+    }
+    let a1 = append("a1").await;
+    let a2 = append("a2").await;
+    let a3 = append("a3").await;
+    // The first cut: a1 + a2 (a3 would pass 250); t0 is still open.
+    let first = api.receive_raw(q, json!({"consumer": "c"})).await.1;
+    assert_eq!(ids(&first), [a1.clone(), a2.clone()].concat());
+    api.ack(q, &batch_id(&first).expect("batch")).await;
+    t0.commit().await.expect("commit t0");
+    // Next: t0 (a late commit, lower txid) + a3; then nothing more.
+    let second = api.receive_raw(q, json!({"consumer": "c"})).await.1;
+    let mut got = ids(&second);
+    got.sort();
+    let mut want = [t0_ids.clone(), a3.clone()].concat();
+    want.sort();
+    assert_eq!(got, want);
+    api.ack(q, &batch_id(&second).expect("batch")).await;
+
+    // Two writers open across a cut, both committing 200 events: one tick can take one of them
+    // only, the other comes in the tick after.
+    let (mut w1, mut w2) = (db(&app).await, db(&app).await);
+    let (mut t1, mut t2) = (
+        w1.begin().await.expect("begin"),
+        w2.begin().await.expect("begin"),
+    );
+    let mut open_ids = HashSet::new();
+    for _ in 0..200 {
+        open_ids.insert(sql_append(&mut t1, q, "bounded.t1").await.0);
+        open_ids.insert(sql_append(&mut t2, q, "bounded.t2").await.0);
+    }
+    let a4 = append("a4").await;
+    let third = api.receive_raw(q, json!({"consumer": "c"})).await.1;
+    assert_eq!(ids(&third), a4);
+    api.ack(q, &batch_id(&third).expect("batch")).await;
+    t1.commit().await.expect("commit t1");
+    t2.commit().await.expect("commit t2");
+    let mut sizes = Vec::new();
+    let mut seen = Vec::new();
+    for batch in api.drain(q, "c", 250).await {
+        sizes.push(ids(&batch).len());
+        seen.extend(ids(&batch));
+    }
+    assert_eq!(sizes, [200, 200]);
+    assert_eq!(assert_once(&seen, "t1 and t2"), open_ids);
+
+    // A transaction over the bound stands alone: a default receive answers 413 naming its size,
+    // a ceiling that fits gets exactly it, then the rest comes within the bound.
+    let big: Vec<String> = api
+        .append_many(
+            q,
+            (0..600)
+                .map(|i| msg("bounded.big", json!({"i": i})))
+                .collect(),
+        )
+        .await
+        .into_iter()
+        .map(|(id, _)| id)
+        .collect();
+    let a5 = append("a5").await;
+    let (status, answer) = api.receive_raw(q, json!({"consumer": "c"})).await;
+    assert_eq!(status, StatusCode::PAYLOAD_TOO_LARGE, "{answer}");
+    assert_eq!(
+        answer["error"]["details"]["next_tick_events"], 600,
+        "{answer}"
+    );
+    let whole = api.receive(q, "c", 600).await;
+    assert_eq!(ids(&whole), big);
+    api.ack(q, &batch_id(&whole).expect("batch")).await;
+    let rest = api.receive_raw(q, json!({"consumer": "c"})).await.1;
+    assert_eq!(ids(&rest), a5);
+    api.ack(q, &batch_id(&rest).expect("batch")).await;
+
+    // The byte bound: 100 events of 1,011 bytes each, appended one by one, in ticks of 9 (9,099
+    // bytes; a 10th would pass 10,000).
+    api.set_config(q, json!({"tick_max_bytes": 10_000})).await;
+    let mut padded = Vec::new();
+    for _ in 0..100 {
+        padded.push(
+            api.append(q, "bounded.pad", json!({"pad": "x".repeat(1000)}))
+                .await
+                .0,
+        );
+    }
+    let mut sizes = Vec::new();
+    let mut seen = Vec::new();
+    for batch in api.drain(q, "c", 9).await {
+        sizes.push(ids(&batch).len());
+        seen.extend(ids(&batch));
+    }
+    assert_eq!(seen, padded);
+    assert!(sizes.iter().all(|n| *n <= 9), "{sizes:?}");
+
+    for bad in [
+        json!({"tick_max_events": 0}),
+        json!({"tick_max_events": 10_001}),
+        json!({"tick_max_bytes": 0}),
+        json!({"tick_max_bytes": 16 * 1024 * 1024 + 1}),
+    ] {
+        let (status, answer) = api
+            .post(&format!("/ojs/v1/queues/{q}/config"), bad.clone())
+            .await;
+        assert_eq!(status, StatusCode::BAD_REQUEST, "{bad}: {answer}");
+    }
+}
+
+/// A message dead-lettered after max_retries says why, with or without a nack reason.
+#[tokio::test]
+async fn dead_letters_say_retries_were_exhausted() {
+    let app = spawn_quiet().await;
+    let api = Api::new(&app);
+    let mut conn = db(&app).await;
+    let q = "whydead";
+    api.subscribe(q, "c", None, false).await;
+    api.set_config(q, json!({"max_retries": 1})).await;
+    let (silent, _) = api.append(q, "why.silent", json!({"n": 1})).await;
+    let (told, _) = api.append(q, "why.told", json!({"n": 2})).await;
+    for _ in 0..2 {
+        let batch = api.receive(q, "c", 100).await;
+        let id = batch_id(&batch).expect("batch");
+        let (status, answer) = api
+            .post(
+                "/ojs/v1/streams/nack",
+                json!({"queue": q, "batch_id": id, "message_id": silent, "retry_after": "0s"}),
+            )
+            .await;
+        assert_eq!(status, StatusCode::OK, "{answer}");
+        api.nack(q, &id, &told, "0s", "downstream said no").await;
+        api.ack(q, &id).await;
+        maintain(&mut conn).await;
+    }
+    let letters = api.dead_letters(q).await;
+    let reason = |message: &str| {
+        letters
+            .iter()
+            .find(|l| l["message_id"] == message)
+            .map(|l| l["reason"].clone())
+            .unwrap_or_else(|| panic!("{message} is not dead-lettered: {letters:?}"))
+    };
+    assert_eq!(
+        reason(&silent),
+        "retries exhausted after 1 retries (max_retries 1)"
+    );
+    assert_eq!(
+        reason(&told),
+        "retries exhausted after 1 retries (max_retries 1): downstream said no"
+    );
 }
 
 /// `max_bytes` bounds a batch by its events' bytes (payload and headers as JSON text) the way
@@ -907,7 +1203,10 @@ async fn mixed_batch_nack_one_ack_the_rest() {
     assert_eq!(letter["message_id"], nacked.as_str());
     assert_eq!(letter["consumer"], "a");
     assert_eq!(letter["type"], "mix.two");
-    assert_eq!(letter["reason"], "boom 3");
+    assert_eq!(
+        letter["reason"],
+        "retries exhausted after 2 retries (max_retries 2): boom 3"
+    );
     assert_eq!(letter["payload"], json!({"n": 2, "keep": "me"}));
     assert_eq!(int(letter, "retry_count"), 2);
     assert_eq!(int(&api.info(q).await, "dead_letters"), 1);
@@ -953,7 +1252,13 @@ async fn dead_letters_inspect_replay_and_purge() {
         assert_eq!(letter["consumer"], "a");
         assert_eq!(letter["type"], "dead.one");
         assert_eq!(letter["payload"], json!({"n": n + 1}));
-        assert_eq!(letter["reason"], format!("reason {}", n + 1));
+        assert_eq!(
+            letter["reason"],
+            format!(
+                "retries exhausted after 0 retries (max_retries 0): reason {}",
+                n + 1
+            )
+        );
         assert_eq!(int(letter, "retry_count"), 0);
     }
     let page = api
