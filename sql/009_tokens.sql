@@ -24,7 +24,8 @@ BEGIN
     IF v_created IS NULL THEN
         RAISE EXCEPTION 'token % already exists', p_name USING ERRCODE = 'PV409';
     END IF;
-    PERFORM pg_notify('s3p_tokens', p_name);
+    -- A new token can only be among the unknown hashes a cache holds: gateways forget those.
+    PERFORM pg_notify('s3p_tokens', 'created:' || p_name);
     RETURN v_created;
 END $$;
 
@@ -36,6 +37,6 @@ BEGIN
     IF NOT FOUND THEN
         RETURN false;
     END IF;
-    PERFORM pg_notify('s3p_tokens', p_name);
+    PERFORM pg_notify('s3p_tokens', 'revoked:' || p_name);
     RETURN true;
 END $$;

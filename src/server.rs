@@ -230,7 +230,7 @@ pub async fn start(settings: ServerSettings) -> Result<RunningServer, StartError
     let service = Arc::new(Service::new(store.clone(), settings.service.clone()));
     let auth = if settings.auth {
         Some(middleware::Auth {
-            tokens: crate::store::tokens::TokenCache::start(store.pool().clone()).await,
+            tokens: crate::store::tokens::TokenCache::start(&store).await,
             metrics_open: settings.metrics_open,
         })
     } else {

@@ -70,6 +70,7 @@ impl Service {
         for queue in &query.queues {
             check_queue_name(queue)?;
         }
+        scope.require_named(query.queues.iter().map(String::as_str))?;
         for (field, values) in [("types", &query.types), ("job_types", &query.job_types)] {
             for value in values {
                 super::validate::check_text(field, value)?;

@@ -651,6 +651,7 @@ impl Service {
         if let Some(q) = queue {
             validate::check_queue_name(q)?;
         }
+        scope.require_named(queue)?;
         let limit = limit.unwrap_or(50);
         if !(1..=200).contains(&limit) {
             return Err(CoreError::invalid(format!(

@@ -466,6 +466,7 @@ pub async fn events(
     shutdown: Shutdown,
 ) -> Result<impl Stream<Item = Result<Pushed, CoreError>> + Send + 'static, CoreError> {
     let job_id = filter.job_id.as_deref().map(parse_job_id).transpose()?;
+    scope.require_named(filter.queues.iter().map(String::as_str))?;
     let cursor = log_end(&service).await?;
     let filter = EventFilter {
         types: filter.event_types,
@@ -489,6 +490,7 @@ pub async fn follow_events(
     query: EventQuery,
     shutdown: Shutdown,
 ) -> Result<impl Stream<Item = Result<Pushed, CoreError>> + Send + 'static, CoreError> {
+    scope.require_named(query.queues.iter().map(String::as_str))?;
     let cursor = match query.after.as_deref() {
         Some(text) => parse_cursor(Some(text))?,
         None => log_end(&service).await?,

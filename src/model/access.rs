@@ -173,6 +173,23 @@ impl Scope {
         }
     }
 
+    /// `forbidden` naming the first of `queues` outside the scope: a filter that names queues
+    /// (a list's `queue`, an event stream's `queues`) needs each in scope, as an operation
+    /// naming them does.
+    pub fn require_named<'a>(
+        &self,
+        queues: impl IntoIterator<Item = &'a str>,
+    ) -> Result<(), CoreError> {
+        match queues.into_iter().find(|q| !self.covers(q)) {
+            None => Ok(()),
+            Some(queue) => Err(CoreError::new(
+                ErrorKind::Forbidden,
+                format!("the token is not scoped to queue {queue}"),
+            )
+            .with_detail("queue", queue.into())),
+        }
+    }
+
     /// Whether a grant's scope lies within this one (every pattern of it matches only queues this
     /// scope covers): a token may only create tokens within its own scope.
     pub fn contains(&self, other: &Scope) -> bool {

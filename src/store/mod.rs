@@ -35,6 +35,9 @@ pub struct Store {
     grouped: std::sync::Arc<grouped::Grouped>,
     conflict_retries: std::sync::Arc<std::sync::atomic::AtomicU64>,
     due_marks: std::sync::Arc<std::sync::Mutex<DueMarks>>,
+    /// This gateway's token cache, once started: its own revocations reach it at once, not
+    /// only when the NOTIFY comes back.
+    token_cache: std::sync::Arc<std::sync::OnceLock<std::sync::Arc<tokens::Shared>>>,
 }
 
 /// One maintenance pass in this many also steps through queues whose jobs table waits for a
@@ -376,6 +379,7 @@ impl Store {
             grouped,
             conflict_retries: Default::default(),
             due_marks: Default::default(),
+            token_cache: Default::default(),
         })
     }
 

@@ -61,13 +61,18 @@ impl Store {
             .map_err(map_db_error)
     }
 
-    /// `s3p.token_revoke`: whether a live token of that name was revoked.
+    /// `s3p.token_revoke`: whether a live token of that name was revoked. This gateway's cache
+    /// forgets it at once; the others when the NOTIFY reaches them.
     pub async fn revoke_token(&self, name: &str) -> Result<bool, CoreError> {
-        sqlx::query_scalar("SELECT s3p.token_revoke($1)")
+        let revoked = sqlx::query_scalar("SELECT s3p.token_revoke($1)")
             .bind(name)
             .fetch_one(self.pool())
             .await
-            .map_err(map_db_error)
+            .map_err(map_db_error)?;
+        if revoked && let Some(cache) = self.token_cache.get() {
+            cache.state().forget(name);
+        }
+        Ok(revoked)
     }
 
     /// Every token, live and revoked, by name.
@@ -229,6 +234,21 @@ impl CacheState {
         }
     }
 
+    /// Forgets what a notified change made wrong: a created token can only be among the unknown
+    /// hashes (grants stay: a flood must not push a live token back to the database); a revoked
+    /// token's grant goes. A payload of another form forgets by its whole text.
+    fn notified(&mut self, payload: &str) {
+        match payload.split_once(':') {
+            Some(("created", _)) => {
+                self.generation += 1;
+                self.unknown.clear();
+                self.unknown_order.clear();
+            }
+            Some(("revoked", name)) => self.forget(name),
+            _ => self.forget(payload),
+        }
+    }
+
     /// Forgets what a change of the token `name` may have made wrong: its grant and every
     /// unknown hash (a new token's). An empty name forgets everything.
     fn forget(&mut self, name: &str) {
@@ -244,7 +264,7 @@ impl CacheState {
 }
 
 /// What a gateway's cache and its token checks share.
-struct Shared {
+pub(super) struct Shared {
     pool: PgPool,
     state: Mutex<CacheState>,
     /// Database lookups at once: beyond it a request is refused instead of queuing for the
@@ -318,9 +338,12 @@ pub struct TokenCache {
 impl TokenCache {
     /// A cache over `pool`, listening for token changes when the database allows LISTEN; at
     /// most a quarter of the pool (at least 2) looks tokens up at once.
-    pub async fn start(pool: PgPool) -> TokenCache {
+    pub async fn start(store: &Store) -> TokenCache {
+        let pool = store.pool().clone();
         let lookups = (pool.options().get_max_connections() as usize / 4).max(2);
         let shared = Shared::new(pool, lookups);
+        // The store's own revocations forget at once (the first cache started, one per server).
+        let _ = store.token_cache.set(shared.clone());
         let task_shared = shared.clone();
         let listener = tokio::spawn(async move {
             let mut backoff = Duration::from_millis(200);
@@ -335,7 +358,7 @@ impl TokenCache {
                         invalidate(&task_shared, true);
                         // try_recv answers None when the connection is lost: then reconnect here.
                         while let Some(notice) = listener.try_recv().await.ok().flatten() {
-                            task_shared.state().forget(notice.payload());
+                            task_shared.state().notified(notice.payload());
                         }
                         invalidate(&task_shared, false);
                     }

@@ -804,7 +804,7 @@ fn grpc_samples(path: &str, v: &Vault) -> Vec<Sample> {
         "pgvs3.v1.StreamService/SetConfig" => vec![frame(&pg::SetConfigRequest {
             queue: q(),
             max_retries: Some(3),
-            retention: None,
+            ..Default::default()
         })],
         "pgvs3.v1.StreamService/ListDeadLetters" => vec![frame(&pg::ListDeadLettersRequest {
             queue: q(),
