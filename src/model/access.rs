@@ -85,14 +85,7 @@ impl Grant {
         &self,
         queues: impl IntoIterator<Item = &'a str>,
     ) -> Result<(), CoreError> {
-        match queues.into_iter().find(|q| !self.covers(q)) {
-            None => Ok(()),
-            Some(queue) => Err(CoreError::new(
-                ErrorKind::Forbidden,
-                format!("token {} is not scoped to queue {queue}", self.name),
-            )
-            .with_detail("queue", queue.into())),
-        }
+        Scope::of(Some(self)).require_named(queues)
     }
 }
 
