@@ -10,7 +10,7 @@ use uuid::Uuid;
 
 use super::cron::{Schedule, parse_time_zone};
 use super::validate::{self, new_job_row};
-use super::{CoreError, EnqueueJob, Scope, Service};
+use super::{CoreError, EnqueueJob, ErrorKind, Scope, Service};
 pub use crate::model::workflow::CronEntry;
 
 /// Most steps one workflow may have.
@@ -352,7 +352,12 @@ impl Service {
         if scope.is_all() || self.store.workflow_in_scope(scope, id).await? {
             Ok(())
         } else {
-            Err(CoreError::not_found("workflow", &id.to_string()))
+            // The very answer the store gives for a workflow that does not exist (PV404, no
+            // details): another queue's workflow must not read differently.
+            Err(CoreError::new(
+                ErrorKind::NotFound,
+                format!("workflow {id} not found"),
+            ))
         }
     }
 

@@ -215,6 +215,18 @@ fn client_error(
                 status.message()
             ))
         }
+        // A body past the limit (several messages, no declared length) ends in our own
+        // `BodyTooLarge`, which tonic reports as UNKNOWN.
+        tonic::Code::Unknown
+            if status
+                .message()
+                .starts_with("request body exceeds the limit") =>
+        {
+            crate::core::CoreError::new(
+                crate::core::ErrorKind::PayloadTooLarge,
+                status.message().to_string(),
+            )
+        }
         tonic::Code::ResourceExhausted => crate::core::CoreError::new(
             crate::core::ErrorKind::PayloadTooLarge,
             status.message().to_string(),

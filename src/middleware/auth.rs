@@ -20,9 +20,14 @@ pub struct Auth {
 /// The operationId of `GET /metrics`.
 const METRICS_OPERATION: &str = "getMetrics";
 
-/// The bearer token of a request's headers, if it sent one.
+/// The bearer token of a request's headers, if it sent exactly one `Authorization` header (two
+/// are ambiguous: neither counts).
 pub fn bearer(headers: &http::HeaderMap) -> Option<&str> {
-    let value = headers.get(http::header::AUTHORIZATION)?.to_str().ok()?;
+    let mut values = headers.get_all(http::header::AUTHORIZATION).iter();
+    let value = values.next()?.to_str().ok()?;
+    if values.next().is_some() {
+        return None;
+    }
     let (scheme, token) = value.trim().split_once(' ')?;
     scheme
         .eq_ignore_ascii_case("bearer")

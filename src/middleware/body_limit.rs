@@ -5,12 +5,14 @@
 //! otherwise see the connection reset instead of the answer.
 
 use std::pin::Pin;
-use std::task::{Context, Poll, ready};
+use std::task::{Context, Poll};
+use std::time::Duration;
 
 use axum::body::Body;
 use bytes::Bytes;
 use http_body::{Frame, SizeHint};
 use http_body_util::BodyExt as _;
+use std::future::Future as _;
 
 use crate::core::{CoreError, ErrorKind};
 
@@ -21,6 +23,10 @@ pub struct BodyLimit(pub usize);
 /// How much of an over-limit body is read and dropped so its sender can read the 413; beyond it
 /// the connection is closed after the answer.
 pub const DRAIN_BYTES: u64 = 8 * 1024 * 1024;
+
+/// How long an over-limit body is read and dropped at most: a slow sender gets its answer then,
+/// and the connection closes after it.
+pub const DRAIN_TIME: Duration = Duration::from_secs(2);
 
 /// The error a `BoundedBody` ends with once its limit is passed.
 #[derive(Debug, thiserror::Error)]
@@ -44,11 +50,13 @@ pub fn declared_length(headers: &http::HeaderMap) -> Option<u64> {
 }
 
 /// A body that yields at most `max` bytes; past them it drains the rest (up to `DRAIN_BYTES`
-/// more) and ends with `BodyTooLarge`.
+/// more, for up to `DRAIN_TIME`) and ends with `BodyTooLarge`.
 pub struct BoundedBody {
     inner: Body,
     max: usize,
     seen: u64,
+    /// Set once past the limit: when draining stops.
+    drain_until: Option<Pin<Box<tokio::time::Sleep>>>,
 }
 
 impl BoundedBody {
@@ -58,6 +66,7 @@ impl BoundedBody {
             inner,
             max,
             seen: 0,
+            drain_until: None,
         }
     }
 
@@ -74,12 +83,22 @@ impl http_body::Body for BoundedBody {
         mut self: Pin<&mut Self>,
         cx: &mut Context<'_>,
     ) -> Poll<Option<Result<Frame<Bytes>, Self::Error>>> {
+        let too_large = |max| Poll::Ready(Some(Err(BodyTooLarge(max).into())));
         loop {
-            let frame = ready!(Pin::new(&mut self.inner).poll_frame(cx));
-            match frame {
-                None if self.over() => {
-                    return Poll::Ready(Some(Err(BodyTooLarge(self.max).into())));
+            let frame = match Pin::new(&mut self.inner).poll_frame(cx) {
+                Poll::Ready(frame) => frame,
+                Poll::Pending => {
+                    // Draining a slow sender ends at the deadline.
+                    if let Some(deadline) = self.drain_until.as_mut()
+                        && deadline.as_mut().poll(cx).is_ready()
+                    {
+                        return too_large(self.max);
+                    }
+                    return Poll::Pending;
                 }
+            };
+            match frame {
+                None if self.over() => return too_large(self.max),
                 None => return Poll::Ready(None),
                 Some(Err(error)) => return Poll::Ready(Some(Err(error.into()))),
                 Some(Ok(frame)) => {
@@ -89,9 +108,12 @@ impl http_body::Body for BoundedBody {
                     if !self.over() {
                         return Poll::Ready(Some(Ok(frame)));
                     }
-                    // Past the limit: drop what comes, until the end or the drain bound.
+                    // Past the limit: drop what comes, until the end or the drain bounds.
                     if self.seen > self.max as u64 + DRAIN_BYTES {
-                        return Poll::Ready(Some(Err(BodyTooLarge(self.max).into())));
+                        return too_large(self.max);
+                    }
+                    if self.drain_until.is_none() {
+                        self.drain_until = Some(Box::pin(tokio::time::sleep(DRAIN_TIME)));
                     }
                 }
             }
@@ -107,18 +129,27 @@ impl http_body::Body for BoundedBody {
     }
 }
 
-/// Reads and drops a body the server refuses, up to `DRAIN_BYTES`; whether it was read to its
-/// end (else the connection should close after the answer).
-pub async fn drain(mut body: Body) -> bool {
-    let mut read: u64 = 0;
-    while let Some(frame) = body.frame().await {
-        let Ok(frame) = frame else { return false };
-        if let Some(data) = frame.data_ref() {
-            read = read.saturating_add(data.len() as u64);
-        }
-        if read > DRAIN_BYTES {
-            return false;
-        }
+/// Reads and drops a body the server refuses, up to `DRAIN_BYTES` and `DRAIN_TIME`; whether it
+/// was read to its end (else the connection should close after the answer). A body declared
+/// longer than the bound is not read at all.
+pub async fn drain(headers: &http::HeaderMap, mut body: Body) -> bool {
+    if declared_length(headers).is_some_and(|len| len > DRAIN_BYTES) {
+        return false;
     }
-    true
+    let read_all = async {
+        let mut read: u64 = 0;
+        while let Some(frame) = body.frame().await {
+            let Ok(frame) = frame else { return false };
+            if let Some(data) = frame.data_ref() {
+                read = read.saturating_add(data.len() as u64);
+            }
+            if read > DRAIN_BYTES {
+                return false;
+            }
+        }
+        true
+    };
+    tokio::time::timeout(DRAIN_TIME, read_all)
+        .await
+        .unwrap_or(false)
 }

@@ -159,7 +159,8 @@ pub async fn unserved(request: Request, render: impl FnOnce(&str) -> Response) -
         .unwrap_or_default();
     let http1 = request.version() <= http::Version::HTTP_11;
     let waits_for_continue = request.headers().contains_key(http::header::EXPECT);
-    let drained = !http1 || waits_for_continue || drain(request.into_body()).await;
+    let (parts, body) = request.into_parts();
+    let drained = !http1 || waits_for_continue || drain(&parts.headers, body).await;
     let mut response = render(&id);
     if !drained {
         response.headers_mut().insert(

@@ -405,3 +405,131 @@ async fn a_grpc_message_that_does_not_decode_is_the_clients_error() {
     }
     app.stop().await;
 }
+
+/// Reads whatever answer comes within `within` on a connection whose request is not finished.
+fn answer_while_sending(addr: &str, head: &str, first: &[u8], within: Duration) -> String {
+    let mut stream = TcpStream::connect(addr).expect("connect");
+    stream.set_read_timeout(Some(within)).expect("timeout");
+    stream.write_all(head.as_bytes()).expect("head");
+    stream.write_all(first).expect("first bytes");
+    let mut answer = vec![0u8; 4096];
+    let n = stream.read(&mut answer).unwrap_or(0);
+    String::from_utf8_lossy(&answer[..n]).into_owned()
+}
+
+#[tokio::test]
+async fn a_slow_sender_over_the_limit_gets_its_413_in_bounded_time() {
+    let app = common::spawn_app().await;
+    let addr = app.http_url.trim_start_matches("http://").to_string();
+    // A declared length far past anything the server drains: answered at once.
+    let head = format!(
+        "POST /ojs/v1/jobs HTTP/1.1\r\nhost: {addr}\r\ncontent-type: application/json\r\n\
+         content-length: 1000000000000\r\n\r\n"
+    );
+    let started = std::time::Instant::now();
+    let a = addr.clone();
+    let answer = tokio::task::spawn_blocking(move || {
+        answer_while_sending(&a, &head, b"{\"type\"", Duration::from_secs(10))
+    })
+    .await
+    .expect("join");
+    assert!(answer.starts_with("HTTP/1.1 413"), "{answer}");
+    assert!(
+        started.elapsed() < Duration::from_secs(5),
+        "{:?}",
+        started.elapsed()
+    );
+    // A chunked body past the limit whose sender then stalls: answered once draining gives up.
+    let head = format!(
+        "POST /ojs/v1/jobs HTTP/1.1\r\nhost: {addr}\r\ncontent-type: application/json\r\n\
+         transfer-encoding: chunked\r\n\r\n"
+    );
+    let mut first = Vec::new();
+    for _ in 0..18 {
+        first.extend_from_slice(b"10000\r\n");
+        first.extend_from_slice(&[b'a'; 0x10000]);
+        first.extend_from_slice(b"\r\n");
+    }
+    let started = std::time::Instant::now();
+    let answer = tokio::task::spawn_blocking(move || {
+        answer_while_sending(&addr, &head, &first, Duration::from_secs(15))
+    })
+    .await
+    .expect("join");
+    assert!(answer.starts_with("HTTP/1.1 413"), "{answer}");
+    assert!(
+        started.elapsed() < Duration::from_secs(10),
+        "{:?}",
+        started.elapsed()
+    );
+    app.stop().await;
+}
+
+#[tokio::test]
+async fn two_authorization_headers_are_no_token() {
+    let (app, admin) = secured(|_| {}).await;
+    let client = reqwest::Client::new();
+    let response = client
+        .get(format!("{}/ojs/v1/queues", app.http_url))
+        .header("authorization", format!("Bearer {admin}"))
+        .header("authorization", "Bearer pgvs3_other")
+        .send()
+        .await
+        .expect("send");
+    assert_eq!(response.status(), StatusCode::UNAUTHORIZED);
+    app.stop().await;
+}
+
+#[tokio::test]
+async fn a_grpc_body_of_many_messages_past_the_limit_is_resource_exhausted() {
+    let app = common::spawn_app().await;
+    let address = app.http_url.trim_start_matches("http://").to_string();
+    let tcp = tokio::net::TcpStream::connect(&address)
+        .await
+        .expect("connect");
+    let (mut sender, connection) = hyper::client::conn::http2::handshake(
+        hyper_util::rt::TokioExecutor::new(),
+        hyper_util::rt::TokioIo::new(tcp),
+    )
+    .await
+    .expect("h2c handshake");
+    tokio::spawn(connection);
+    // 1,100 frames of a 1 KiB message each, as a stream with no declared length.
+    let mut frame = vec![0u8, 0, 0, 4, 0];
+    frame.extend_from_slice(&[0x0a, 0xfd, 0x07]); // job_id, 1,021 bytes
+    frame.resize(5 + 1024, b'a');
+    let frames: Vec<Result<http_body::Frame<hyper::body::Bytes>, std::convert::Infallible>> = (0
+        ..1100)
+        .map(|_| {
+            Ok(http_body::Frame::data(hyper::body::Bytes::from(
+                frame.clone(),
+            )))
+        })
+        .collect();
+    let body = http_body_util::StreamBody::new(futures_util::stream::iter(frames));
+    let request = hyper::Request::builder()
+        .method("POST")
+        .uri(format!("http://{address}/ojs.v1.OJSService/GetJob"))
+        .header("content-type", "application/grpc")
+        .header("te", "trailers")
+        .body(body)
+        .expect("request");
+    let response = sender.send_request(request).await.expect("send");
+    let (parts, body) = response.into_parts();
+    let trailers = http_body_util::BodyExt::collect(body)
+        .await
+        .ok()
+        .and_then(|c| c.trailers().cloned());
+    let status = parts
+        .headers
+        .get("grpc-status")
+        .or_else(|| trailers.as_ref().and_then(|t| t.get("grpc-status")))
+        .and_then(|v| v.to_str().ok())
+        .map(str::to_string);
+    assert_eq!(
+        status.as_deref(),
+        Some("8"),
+        "RESOURCE_EXHAUSTED: {parts:?} {trailers:?}"
+    );
+    app.stop().await;
+}

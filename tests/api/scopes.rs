@@ -669,3 +669,65 @@ async fn a_token_creates_lists_and_revokes_only_tokens_within_its_own_scope() {
     assert_eq!(status, StatusCode::OK, "{answer}");
     app.stop().await;
 }
+
+/// An answer with its request id and the id it names blanked, to compare two refusals.
+fn without_ids(answer: &Value, id: &str) -> String {
+    let mut answer = answer.clone();
+    if let Some(error) = answer.get_mut("error").and_then(Value::as_object_mut) {
+        error.remove("request_id");
+    }
+    answer.to_string().replace(id, "ID")
+}
+
+#[tokio::test]
+async fn another_queues_ids_read_exactly_as_ids_that_do_not_exist() {
+    let app = common::spawn_app_with(|s| s.auth = true).await;
+    let url = &app.database_url;
+    let admin_token = create_token(url, "ops", &["admin"], None);
+    let scoped_token = create_token(url, "pub-all", &["admin"], Some("pub.*"));
+    let admin = Http::new(&app).bearer(&admin_token);
+    let scoped = Http::new(&app).bearer(&scoped_token);
+    let vault = stock_vault(&admin, url).await;
+    let missing = "01900000-0000-7000-8000-000000000abc";
+    for (what, real) in [("job", &vault.leased), ("workflow", &vault.workflow)] {
+        for method in [Method::GET, Method::DELETE] {
+            let path = |id: &str| format!("/ojs/v1/{what}s/{id}");
+            let (status, of_vault) = scoped.send(method.clone(), &path(real), None).await;
+            assert_eq!(status, StatusCode::NOT_FOUND, "{of_vault}");
+            let (status, of_none) = scoped.send(method.clone(), &path(missing), None).await;
+            assert_eq!(status, StatusCode::NOT_FOUND, "{of_none}");
+            assert_eq!(
+                without_ids(&of_vault, real),
+                without_ids(&of_none, missing),
+                "{method} {what}"
+            );
+        }
+    }
+    let mut grpc = app.grpc().await;
+    let mut details = Vec::new();
+    for id in [vault.workflow.as_str(), missing] {
+        let refused = grpc
+            .get_workflow(authed(
+                &scoped_token,
+                pb::GetWorkflowRequest {
+                    workflow_id: id.to_string(),
+                },
+            ))
+            .await
+            .expect_err("not found");
+        assert_eq!(refused.code(), Code::NotFound);
+        let info = tonic_types::StatusExt::get_error_details(&refused)
+            .error_info()
+            .map(|i| {
+                let mut keys: Vec<String> = i.metadata.keys().cloned().collect();
+                keys.sort();
+                (i.reason.clone(), keys)
+            });
+        details.push((refused.message().replace(id, "ID"), info));
+    }
+    assert_eq!(
+        details[0], details[1],
+        "GetWorkflow of vault's and of no workflow"
+    );
+    app.stop().await;
+}
