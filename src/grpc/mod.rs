@@ -217,11 +217,7 @@ fn client_error(
         }
         // A body past the limit (several messages, no declared length) ends in our own
         // `BodyTooLarge`, which tonic reports as UNKNOWN.
-        tonic::Code::Unknown
-            if status
-                .message()
-                .starts_with("request body exceeds the limit") =>
-        {
+        tonic::Code::Unknown if status.message().starts_with(crate::middleware::TOO_LARGE) => {
             crate::core::CoreError::new(
                 crate::core::ErrorKind::PayloadTooLarge,
                 status.message().to_string(),

@@ -126,10 +126,7 @@ async fn read_object(req: Request) -> Result<Option<Value>, ApiError> {
                 cause = c.source();
             }
             fail(if too_large {
-                CoreError::new(
-                    ErrorKind::PayloadTooLarge,
-                    format!("request body exceeds the limit of {limit} bytes"),
-                )
+                crate::middleware::too_large(limit)
             } else {
                 CoreError::invalid("request body could not be read")
             })

@@ -28,17 +28,17 @@ pub const DRAIN_BYTES: u64 = 8 * 1024 * 1024;
 /// and the connection closes after it.
 pub const DRAIN_TIME: Duration = Duration::from_secs(2);
 
+/// How every refusal of a body past the limit begins (gRPC finds its own in tonic's UNKNOWN).
+pub const TOO_LARGE: &str = "request body exceeds the limit";
+
 /// The error a `BoundedBody` ends with once its limit is passed.
 #[derive(Debug, thiserror::Error)]
-#[error("request body exceeds the limit of {0} bytes")]
+#[error("{TOO_LARGE} of {0} bytes")]
 pub struct BodyTooLarge(pub usize);
 
 /// The refusal of a body over `max` bytes.
 pub fn too_large(max: usize) -> CoreError {
-    CoreError::new(
-        ErrorKind::PayloadTooLarge,
-        format!("request body exceeds the limit of {max} bytes"),
-    )
+    CoreError::new(ErrorKind::PayloadTooLarge, BodyTooLarge(max).to_string())
 }
 
 /// The request's declared `Content-Length`, if it sent a readable one.

@@ -25,7 +25,7 @@ use tokio::sync::Semaphore;
 use crate::core::CoreError;
 pub use admission::AdmissionSlot;
 pub use auth::{Auth, bearer};
-pub use body_limit::{BodyLimit, BodyTooLarge};
+pub use body_limit::{BodyLimit, BodyTooLarge, TOO_LARGE, too_large};
 pub use guard::{Guard, Guarded, unserved};
 pub use observe::{LATENCY_BUCKETS, RequestLabels, RequestMetrics};
 pub use operation::{Operation, Protocol, is_grpc};

@@ -59,11 +59,6 @@ impl Grant {
         role == Role::Public || self.roles.contains(&Role::Admin) || self.roles.contains(&role)
     }
 
-    /// Whether the grant's queue scope includes `queue`.
-    pub fn covers(&self, queue: &str) -> bool {
-        self.queues.is_empty() || self.queues.iter().any(|p| pattern_matches(p, queue))
-    }
-
     /// `forbidden` unless the grant has `role`, naming the role and the operation.
     pub fn require_role(&self, role: Role, operation: &str) -> Result<(), CoreError> {
         if self.has_role(role) {

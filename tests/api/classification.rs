@@ -363,16 +363,7 @@ async fn token_lookups_wait_for_an_admission_slot() {
 async fn a_grpc_message_that_does_not_decode_is_the_clients_error() {
     let app = common::spawn_app().await;
     let address = app.http_url.trim_start_matches("http://").to_string();
-    let tcp = tokio::net::TcpStream::connect(&address)
-        .await
-        .expect("connect");
-    let (mut sender, connection) = hyper::client::conn::http2::handshake(
-        hyper_util::rt::TokioExecutor::new(),
-        hyper_util::rt::TokioIo::new(tcp),
-    )
-    .await
-    .expect("h2c handshake");
-    tokio::spawn(connection);
+    let mut sender = common::http::h2c(&address).await;
     // `{}` as a gRPC body: its first byte is no compression flag. Then a frame of bytes that are
     // no HealthRequest (field 1 with wire type 7, which does not exist).
     let not_a_frame = b"{}".to_vec();
@@ -484,16 +475,7 @@ async fn two_authorization_headers_are_no_token() {
 async fn a_grpc_body_of_many_messages_past_the_limit_is_resource_exhausted() {
     let app = common::spawn_app().await;
     let address = app.http_url.trim_start_matches("http://").to_string();
-    let tcp = tokio::net::TcpStream::connect(&address)
-        .await
-        .expect("connect");
-    let (mut sender, connection) = hyper::client::conn::http2::handshake(
-        hyper_util::rt::TokioExecutor::new(),
-        hyper_util::rt::TokioIo::new(tcp),
-    )
-    .await
-    .expect("h2c handshake");
-    tokio::spawn(connection);
+    let mut sender = common::http::h2c(&address).await;
     // 1,100 frames of a 1 KiB message each, as a stream with no declared length.
     let mut frame = vec![0u8, 0, 0, 4, 0];
     frame.extend_from_slice(&[0x0a, 0xfd, 0x07]); // job_id, 1,021 bytes

@@ -452,16 +452,7 @@ async fn a_form_post_over_http2_passes_the_origin_check() {
     let api = Api::new(&app, "");
     api.enqueue("billing", "invoice.send").await;
     let address = app.http_url.trim_start_matches("http://").to_string();
-    let tcp = tokio::net::TcpStream::connect(&address)
-        .await
-        .expect("connect");
-    let (mut sender, connection) = hyper::client::conn::http2::handshake(
-        hyper_util::rt::TokioExecutor::new(),
-        hyper_util::rt::TokioIo::new(tcp),
-    )
-    .await
-    .expect("h2c handshake");
-    tokio::spawn(connection);
+    let mut sender = common::http::h2c(&address).await;
     let post = |origin: String| {
         hyper::Request::builder()
             .method("POST")

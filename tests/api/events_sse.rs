@@ -374,15 +374,7 @@ async fn shutdown_ends_the_stream() {
         pgvs3::core::ServiceSettings::default(),
     ));
     let (stop, stopped) = tokio::sync::watch::channel(false);
-    let stack = pgvs3::middleware::StackState::new(
-        false,
-        16,
-        0,
-        1 << 20,
-        None,
-        pgvs3::http::OJS_MEDIA_TYPE,
-        pgvs3::server::reject,
-    );
+    let stack = common::bare_stack();
     let app = pgvs3::middleware::apply(
         pgvs3::http::router_until(service, &stack, stopped.clone()),
         stack.clone(),

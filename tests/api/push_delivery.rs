@@ -536,15 +536,7 @@ async fn streams_end_with_unavailable_at_shutdown() {
         .expect("connect");
     let service = Arc::new(Service::new(store, ServiceSettings::default()));
     let (stop, signal) = tokio::sync::watch::channel(false);
-    let stack = pgvs3::middleware::StackState::new(
-        false,
-        16,
-        0,
-        1 << 20,
-        None,
-        pgvs3::http::OJS_MEDIA_TYPE,
-        pgvs3::server::reject,
-    );
+    let stack = common::bare_stack();
     let router = pgvs3::grpc::router_until(service, &stack, 1 << 20, signal);
     let listener = tokio::net::TcpListener::bind("127.0.0.1:0")
         .await

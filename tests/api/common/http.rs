@@ -161,3 +161,24 @@ macro_rules! module_http {
     };
 }
 pub(crate) use module_http;
+
+/// An HTTP/2 connection without TLS (prior knowledge) to `address` (`host:port`), driven in a task
+/// of its own; requests go through the sender.
+pub async fn h2c<B>(address: &str) -> hyper::client::conn::http2::SendRequest<B>
+where
+    B: http_body::Body + Unpin + Send + 'static,
+    B::Data: Send,
+    B::Error: Into<Box<dyn std::error::Error + Send + Sync>>,
+{
+    let tcp = tokio::net::TcpStream::connect(address)
+        .await
+        .expect("connect");
+    let (sender, connection) = hyper::client::conn::http2::handshake(
+        hyper_util::rt::TokioExecutor::new(),
+        hyper_util::rt::TokioIo::new(tcp),
+    )
+    .await
+    .expect("h2c handshake");
+    tokio::spawn(connection);
+    sender
+}

@@ -27,6 +27,20 @@ pub struct TestApp {
     database: String,
 }
 
+/// A middleware stack for routers a test serves itself: writable, 16 requests in flight, no
+/// per-queue limit, 1 MiB bodies, auth off.
+pub fn bare_stack() -> std::sync::Arc<pgvs3::middleware::StackState> {
+    pgvs3::middleware::StackState::new(
+        false,
+        16,
+        0,
+        1 << 20,
+        None,
+        pgvs3::http::OJS_MEDIA_TYPE,
+        pgvs3::server::reject,
+    )
+}
+
 /// Starts pgvs3 on a fresh database with default settings.
 pub async fn spawn_app() -> TestApp {
     spawn_app_with(|_| {}).await
