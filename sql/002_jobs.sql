@@ -401,9 +401,11 @@ LANGUAGE plpgsql AS $$
 DECLARE
     queue_schema text;
 BEGIN
+    -- Queues in name order, like every statement that locks jobs of several queues.
     FOR queue_schema IN
-        SELECT DISTINCT q.schema_name FROM s3p.job_index i JOIN s3p.queues q ON q.name = i.queue
-         WHERE i.id = ANY (ids)
+        SELECT q.schema_name FROM s3p.queues q
+         WHERE q.name IN (SELECT i.queue FROM s3p.job_index i WHERE i.id = ANY (ids))
+         ORDER BY q.name
     LOOP
         RETURN QUERY EXECUTE format('SELECT * FROM %I.heartbeat($1, $2, $3, $4, $5)', queue_schema)
             USING ids, worker, token, visibility_ms, default_visibility_ms;

@@ -457,6 +457,17 @@ CREATE OR REPLACE FUNCTION __SCHEMA__.heartbeat(
     ids uuid[], worker text, token uuid, visibility_ms bigint, default_visibility_ms bigint
 ) RETURNS TABLE (id uuid, directive text, lease_expires_at timestamptz)
 LANGUAGE sql AS $fn$
+    -- Rows locked in id order, as acks lock them: an UPDATE over `id = ANY` may visit them in
+    -- the heap's order, and a heartbeat racing a batch ack of the same jobs could deadlock.
+    WITH held AS (
+        SELECT j.id FROM __SCHEMA__.jobs j
+         WHERE j.id = ANY (ids)
+           AND j.state = 'active'
+           AND (token IS NULL OR j.lease_token = token)
+           AND (worker IS NULL OR j.worker_id IS NULL OR j.worker_id = worker)
+         ORDER BY j.id
+           FOR UPDATE
+    )
     UPDATE __SCHEMA__.jobs j
        SET lease_expires_at = CASE
                WHEN j.timeout_ms IS NULL THEN now() + make_interval(secs =>
@@ -466,10 +477,8 @@ LANGUAGE sql AS $fn$
                        coalesce(visibility_ms, j.visibility_timeout_ms, default_visibility_ms) / 1000.0),
                    j.started_at + make_interval(secs => j.timeout_ms / 1000.0))
            END
-     WHERE j.id = ANY (ids)
-       AND j.state = 'active'
-       AND (token IS NULL OR j.lease_token = token)
-       AND (worker IS NULL OR j.worker_id IS NULL OR j.worker_id = worker)
+      FROM held h
+     WHERE j.id = h.id
     RETURNING j.id, j.meta->>'test_directive', j.lease_expires_at
 $fn$;
 

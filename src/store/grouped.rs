@@ -11,6 +11,7 @@ use sqlx::{AssertSqlSafe, PgPool};
 use uuid::Uuid;
 
 use super::coalesce::{Coalescer, Runner};
+use super::conflicts::Conflicts;
 use super::routes::{Routes, is_stale};
 use super::{JobRow, jobs, map_db_error};
 use crate::model::error::{CoreError, ErrorKind};
@@ -69,6 +70,7 @@ pub struct GroupingStats {
 #[derive(Clone)]
 struct Shared {
     pool: PgPool,
+    conflicts: Arc<Conflicts>,
     routes: Arc<Routes>,
     counts: Arc<Counts>,
 }
@@ -100,10 +102,11 @@ pub struct Grouped {
 }
 
 impl Grouped {
-    /// Grouped operations over `pool`.
-    pub fn new(pool: PgPool) -> Grouped {
+    /// Grouped operations over `pool`, their conflicted statements rerun by `conflicts`.
+    pub(super) fn new(pool: PgPool, conflicts: Arc<Conflicts>) -> Grouped {
         let shared = Shared {
             pool,
+            conflicts,
             routes: Arc::new(Routes::default()),
             counts: Arc::new(Counts::default()),
         };
@@ -299,11 +302,15 @@ impl Shared {
             Some(schema) => format!("SELECT * FROM {schema}.ack_many($1, $2, $3)"),
             None => "SELECT * FROM s3p.ack_many($1, $2, $3)".to_string(),
         };
-        let rows: Vec<JobRow> = sqlx::query_as(AssertSqlSafe(sql))
-            .bind(ids)
-            .bind(tokens)
-            .bind(results)
-            .fetch_all(&self.pool)
+        let rows: Vec<JobRow> = self
+            .conflicts
+            .rerun(|| {
+                sqlx::query_as(AssertSqlSafe(sql.clone()))
+                    .bind(ids)
+                    .bind(tokens)
+                    .bind(results)
+                    .fetch_all(&self.pool)
+            })
             .await
             .map_err(DbError::Sql)?;
         jobs(rows).map_err(DbError::Core)
@@ -316,11 +323,15 @@ impl Shared {
         token: Option<Uuid>,
         result: Option<&Value>,
     ) -> Result<Job, CoreError> {
-        let rows: Vec<JobRow> = sqlx::query_as("SELECT * FROM s3p.ack($1, $2, $3)")
-            .bind(id)
-            .bind(token)
-            .bind(result)
-            .fetch_all(&self.pool)
+        let rows: Vec<JobRow> = self
+            .conflicts
+            .rerun(|| {
+                sqlx::query_as("SELECT * FROM s3p.ack($1, $2, $3)")
+                    .bind(id)
+                    .bind(token)
+                    .bind(result)
+                    .fetch_all(&self.pool)
+            })
             .await
             .map_err(map_db_error)?;
         super::one(rows, id)
@@ -364,16 +375,19 @@ impl Shared {
         lane: &ClaimLane,
         owners: &[Option<String>],
     ) -> Result<Vec<Job>, DbError> {
-        let rows: Vec<JobRow> = sqlx::query_as(AssertSqlSafe(format!(
-            "SELECT * FROM {schema}.claim($1, $2, $3, $4)"
-        )))
-        .bind(&*lane.queue)
-        .bind(owners)
-        .bind(lane.visibility_ms)
-        .bind(lane.default_visibility_ms)
-        .fetch_all(&self.pool)
-        .await
-        .map_err(DbError::Sql)?;
+        let sql = format!("SELECT * FROM {schema}.claim($1, $2, $3, $4)");
+        let rows: Vec<JobRow> = self
+            .conflicts
+            .rerun(|| {
+                sqlx::query_as(AssertSqlSafe(sql.clone()))
+                    .bind(&*lane.queue)
+                    .bind(owners)
+                    .bind(lane.visibility_ms)
+                    .bind(lane.default_visibility_ms)
+                    .fetch_all(&self.pool)
+            })
+            .await
+            .map_err(DbError::Sql)?;
         jobs(rows).map_err(DbError::Core)
     }
 
@@ -389,7 +403,7 @@ impl Shared {
             bump(&self.counts.enqueue_statements);
             let ids: Vec<Option<Uuid>> = rows.iter().map(row_id).collect();
             let batch = Value::Array(rows);
-            match enqueue_plain(&self.pool, schema, &lane.queue, &batch).await {
+            match enqueue_plain(&self.pool, &self.conflicts, schema, &lane.queue, &batch).await {
                 Ok(stored) => return by_given_id(Ok(stored), ids),
                 Err(error) if error.is_stale() => self.routes.forget(&lane.queue),
                 // One job: its own precise answer.
@@ -405,11 +419,14 @@ impl Shared {
             bump(&self.counts.enqueue_statements);
             let ids: Vec<Option<Uuid>> = rows.iter().map(row_id).collect();
             let batch = Value::Array(rows);
-            let stored: Result<Vec<JobRow>, sqlx::Error> =
-                sqlx::query_as("SELECT * FROM s3p.enqueue_batch($1)")
-                    .bind(&batch)
-                    .fetch_all(&self.pool)
-                    .await;
+            let stored: Result<Vec<JobRow>, sqlx::Error> = self
+                .conflicts
+                .rerun(|| {
+                    sqlx::query_as("SELECT * FROM s3p.enqueue_batch($1)")
+                        .bind(&batch)
+                        .fetch_all(&self.pool)
+                })
+                .await;
             match stored {
                 Ok(stored) => return by_given_id(jobs(stored), ids),
                 Err(_) => match batch {
@@ -428,7 +445,7 @@ impl Shared {
         let mut outcomes = Vec::with_capacity(rows.len());
         for row in rows {
             bump(&self.counts.enqueue_statements);
-            outcomes.push(enqueue_one(&self.pool, &row).await);
+            outcomes.push(enqueue_one(&self.pool, &self.conflicts, &row).await);
         }
         outcomes
     }
@@ -461,26 +478,36 @@ fn by_given_id(
 /// none, in the order given.
 pub(super) async fn enqueue_plain(
     pool: &PgPool,
+    conflicts: &Conflicts,
     schema: &str,
     queue: &str,
     rows: &Value,
 ) -> Result<Vec<Job>, DbError> {
-    let stored: Vec<JobRow> = sqlx::query_as(AssertSqlSafe(format!(
-        "SELECT * FROM {schema}.enqueue_plain($1, $2)"
-    )))
-    .bind(queue)
-    .bind(rows)
-    .fetch_all(pool)
-    .await
-    .map_err(DbError::Sql)?;
+    let sql = format!("SELECT * FROM {schema}.enqueue_plain($1, $2)");
+    let stored: Vec<JobRow> = conflicts
+        .rerun(|| {
+            sqlx::query_as(AssertSqlSafe(sql.clone()))
+                .bind(queue)
+                .bind(rows)
+                .fetch_all(pool)
+        })
+        .await
+        .map_err(DbError::Sql)?;
     jobs(stored).map_err(DbError::Core)
 }
 
 /// `s3p.enqueue` of one job.
-pub async fn enqueue_one(pool: &PgPool, row: &Value) -> Result<Job, CoreError> {
-    let rows: Vec<JobRow> = sqlx::query_as("SELECT * FROM s3p.enqueue($1)")
-        .bind(row)
-        .fetch_all(pool)
+pub(super) async fn enqueue_one(
+    pool: &PgPool,
+    conflicts: &Conflicts,
+    row: &Value,
+) -> Result<Job, CoreError> {
+    let rows: Vec<JobRow> = conflicts
+        .rerun(|| {
+            sqlx::query_as("SELECT * FROM s3p.enqueue($1)")
+                .bind(row)
+                .fetch_all(pool)
+        })
         .await
         .map_err(map_db_error)?;
     rows.into_iter()

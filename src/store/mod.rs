@@ -2,6 +2,7 @@
 //! `s3q_<q>` on the grouped hot path); SQLSTATEs become core errors.
 
 mod coalesce;
+mod conflicts;
 mod grouped;
 pub mod migrate;
 mod routes;
@@ -33,7 +34,7 @@ pub struct Store {
     pool: PgPool,
     signals: Signals,
     grouped: std::sync::Arc<grouped::Grouped>,
-    conflict_retries: std::sync::Arc<std::sync::atomic::AtomicU64>,
+    conflicts: std::sync::Arc<conflicts::Conflicts>,
     due_marks: std::sync::Arc<std::sync::Mutex<DueMarks>>,
     /// This gateway's token cache, once started: its own revocations reach it at once, not
     /// only when the NOTIFY comes back.
@@ -372,12 +373,13 @@ impl Store {
             .await
             .map_err(map_db_error)?;
         let signals = Signals::start(&pool).await?;
-        let grouped = std::sync::Arc::new(grouped::Grouped::new(pool.clone()));
+        let conflicts = std::sync::Arc::new(conflicts::Conflicts::default());
+        let grouped = std::sync::Arc::new(grouped::Grouped::new(pool.clone(), conflicts.clone()));
         Ok(Store {
             pool,
             signals,
             grouped,
-            conflict_retries: Default::default(),
+            conflicts,
             due_marks: Default::default(),
             token_cache: Default::default(),
         })
@@ -426,34 +428,18 @@ impl Store {
     }
 
     /// Runs a one-statement operation, again when PostgreSQL aborted it to break a deadlock or a
-    /// serialization conflict: the statement's transaction rolled back whole, so a rerun is safe.
-    /// Up to five tries, a few milliseconds apart; the last error is returned as it is.
-    pub(crate) async fn retry_conflicts<T, F, Fut>(&self, mut run: F) -> Result<T, sqlx::Error>
+    /// serialization conflict (see `conflicts`).
+    pub(crate) async fn retry_conflicts<T, F, Fut>(&self, run: F) -> Result<T, sqlx::Error>
     where
         F: FnMut() -> Fut,
         Fut: std::future::Future<Output = Result<T, sqlx::Error>>,
     {
-        let mut tries = 1u64;
-        loop {
-            match run().await {
-                Err(sqlx::Error::Database(db))
-                    if tries < 5 && matches!(db.code().as_deref(), Some("40P01" | "40001")) =>
-                {
-                    tracing::warn!(error = %db, tries, "statement aborted by a lock conflict; running it again");
-                    self.conflict_retries
-                        .fetch_add(1, std::sync::atomic::Ordering::Relaxed);
-                    tokio::time::sleep(Duration::from_millis(tries * 3)).await;
-                    tries += 1;
-                }
-                other => return other,
-            }
-        }
+        self.conflicts.rerun(run).await
     }
 
     /// Statements run again after a deadlock or serialization failure, since start.
     pub fn conflict_retries(&self) -> u64 {
-        self.conflict_retries
-            .load(std::sync::atomic::Ordering::Relaxed)
+        self.conflicts.reruns()
     }
 
     /// The connection pool.
@@ -500,7 +486,7 @@ impl Store {
     pub async fn enqueue(&self, row: &Value) -> Result<Job, CoreError> {
         let job = match plain_queue(row) {
             Some(queue) => self.grouped.enqueue(queue, row.clone()).await,
-            None => grouped::enqueue_one(&self.pool, row).await,
+            None => grouped::enqueue_one(&self.pool, &self.conflicts, row).await,
         }?;
         if let Some(at) = job.expires_at {
             self.mark_due(&job.queue, at);
@@ -525,14 +511,17 @@ impl Store {
         if let Some(queue) = one_plain_queue(rows)
             && let Some(schema) = self.grouped.routes().schema(&self.pool, queue).await?
         {
-            match grouped::enqueue_plain(&self.pool, &schema, queue, rows).await {
+            match grouped::enqueue_plain(&self.pool, &self.conflicts, &schema, queue, rows).await {
                 Err(error) if error.is_stale() => self.grouped.routes().forget(queue),
                 stored => return stored.map_err(grouped::DbError::into_core),
             }
         }
-        let rows = sqlx::query_as("SELECT * FROM s3p.enqueue_batch($1)")
-            .bind(rows)
-            .fetch_all(&self.pool)
+        let rows = self
+            .retry_conflicts(|| {
+                sqlx::query_as("SELECT * FROM s3p.enqueue_batch($1)")
+                    .bind(rows)
+                    .fetch_all(&self.pool)
+            })
             .await
             .map_err(map_db_error)?;
         jobs(rows)
@@ -594,13 +583,16 @@ impl Store {
                 )
                 .await?
         } else {
-            let rows = sqlx::query_as("SELECT * FROM s3p.fetch($1, $2, $3, $4, $5)")
-                .bind(queues)
-                .bind(count)
-                .bind(worker)
-                .bind(visibility_ms)
-                .bind(default_visibility_ms)
-                .fetch_all(&self.pool)
+            let rows = self
+                .retry_conflicts(|| {
+                    sqlx::query_as("SELECT * FROM s3p.fetch($1, $2, $3, $4, $5)")
+                        .bind(queues)
+                        .bind(count)
+                        .bind(worker)
+                        .bind(visibility_ms)
+                        .bind(default_visibility_ms)
+                        .fetch_all(&self.pool)
+                })
                 .await
                 .map_err(map_db_error)?;
             jobs(rows)?
@@ -704,15 +696,17 @@ impl Store {
         visibility_ms: Option<i64>,
         default_visibility_ms: i64,
     ) -> Result<Vec<ExtendedLease>, CoreError> {
-        sqlx::query_as(
-            "SELECT id, directive, lease_expires_at FROM s3p.heartbeat($1, $2, $3, $4, $5)",
-        )
-        .bind(ids)
-        .bind(worker)
-        .bind(token)
-        .bind(visibility_ms)
-        .bind(default_visibility_ms)
-        .fetch_all(&self.pool)
+        self.retry_conflicts(|| {
+            sqlx::query_as(
+                "SELECT id, directive, lease_expires_at FROM s3p.heartbeat($1, $2, $3, $4, $5)",
+            )
+            .bind(ids)
+            .bind(worker)
+            .bind(token)
+            .bind(visibility_ms)
+            .bind(default_visibility_ms)
+            .fetch_all(&self.pool)
+        })
         .await
         .map_err(map_db_error)
     }
@@ -726,14 +720,17 @@ impl Store {
         visibility_ms: Option<i64>,
         default_visibility_ms: i64,
     ) -> Result<Vec<ExtendedLease>, CoreError> {
-        sqlx::query_as(
-            "SELECT id, directive, lease_expires_at FROM s3p.heartbeat_worker($1, $2, $3, $4)",
-        )
-        .bind(worker)
-        .bind(visibility_ms)
-        .bind(default_visibility_ms)
-        .bind(scope.like_patterns())
-        .fetch_all(&self.pool)
+        let scope = scope.like_patterns();
+        self.retry_conflicts(|| {
+            sqlx::query_as(
+                "SELECT id, directive, lease_expires_at FROM s3p.heartbeat_worker($1, $2, $3, $4)",
+            )
+            .bind(worker)
+            .bind(visibility_ms)
+            .bind(default_visibility_ms)
+            .bind(&scope)
+            .fetch_all(&self.pool)
+        })
         .await
         .map_err(map_db_error)
     }
@@ -741,9 +738,12 @@ impl Store {
     /// `s3p.activate`.
     #[tracing::instrument(name = "db", skip_all, fields(op = "activate"))]
     pub async fn activate(&self, id: Uuid) -> Result<Job, CoreError> {
-        let rows = sqlx::query_as("SELECT * FROM s3p.activate($1)")
-            .bind(id)
-            .fetch_all(&self.pool)
+        let rows = self
+            .retry_conflicts(|| {
+                sqlx::query_as("SELECT * FROM s3p.activate($1)")
+                    .bind(id)
+                    .fetch_all(&self.pool)
+            })
             .await
             .map_err(map_db_error)?;
         one(rows, id)
@@ -834,9 +834,12 @@ impl Store {
     /// `s3p.retry_dead_letter`.
     #[tracing::instrument(name = "db", skip_all, fields(op = "retry_dead_letter"))]
     pub async fn retry_dead_letter(&self, id: Uuid) -> Result<Job, CoreError> {
-        let rows = sqlx::query_as("SELECT * FROM s3p.retry_dead_letter($1)")
-            .bind(id)
-            .fetch_all(&self.pool)
+        let rows = self
+            .retry_conflicts(|| {
+                sqlx::query_as("SELECT * FROM s3p.retry_dead_letter($1)")
+                    .bind(id)
+                    .fetch_all(&self.pool)
+            })
             .await
             .map_err(map_db_error)?;
         one(rows, id)
@@ -845,9 +848,12 @@ impl Store {
     /// `s3p.delete_dead_letter`.
     #[tracing::instrument(name = "db", skip_all, fields(op = "delete_dead_letter"))]
     pub async fn delete_dead_letter(&self, id: Uuid) -> Result<Job, CoreError> {
-        let rows = sqlx::query_as("SELECT * FROM s3p.delete_dead_letter($1)")
-            .bind(id)
-            .fetch_all(&self.pool)
+        let rows = self
+            .retry_conflicts(|| {
+                sqlx::query_as("SELECT * FROM s3p.delete_dead_letter($1)")
+                    .bind(id)
+                    .fetch_all(&self.pool)
+            })
             .await
             .map_err(map_db_error)?;
         one(rows, id)
@@ -1046,15 +1052,17 @@ impl Store {
         steps: &Value,
         callbacks: &Value,
     ) -> Result<Value, CoreError> {
-        sqlx::query_scalar("SELECT s3p.create_workflow($1, $2, $3, $4, $5)")
-            .bind(id)
-            .bind(name)
-            .bind(kind)
-            .bind(steps)
-            .bind(callbacks)
-            .fetch_one(&self.pool)
-            .await
-            .map_err(map_db_error)
+        self.retry_conflicts(|| {
+            sqlx::query_scalar("SELECT s3p.create_workflow($1, $2, $3, $4, $5)")
+                .bind(id)
+                .bind(name)
+                .bind(kind)
+                .bind(steps)
+                .bind(callbacks)
+                .fetch_one(&self.pool)
+        })
+        .await
+        .map_err(map_db_error)
     }
 
     /// `s3p.workflow_view`.

@@ -27,6 +27,7 @@ mod gateways;
 mod grpc_boundaries;
 mod layering;
 mod lifecycle;
+mod lock_conflicts;
 mod migrations;
 mod observability;
 mod off_path;

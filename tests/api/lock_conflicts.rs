@@ -1,0 +1,110 @@
+//! Operations that lock rows in an order of their own, racing each other: PostgreSQL breaks a
+//! deadlock by aborting one statement, and pgvs3 must run it again instead of answering 500.
+//! Each race is repeated a few rounds, so a missing rerun or lock order shows at least once.
+
+use crate::common;
+
+use serde_json::{Value, json};
+use uuid::Uuid;
+
+const ROUNDS: usize = 8;
+
+/// Two batches of the same unique jobs, one in the other's reverse order: each locks its first
+/// unique keys, then waits for the other's. One wins; the other, run again, is refused as a
+/// duplicate (409), never a server error.
+#[tokio::test]
+async fn unique_batches_in_opposite_orders_are_a_duplicate_never_a_server_error() {
+    let app = common::spawn_app().await;
+    let http = common::http::Http::new(&app);
+    for round in 0..ROUNDS {
+        let jobs: Vec<Value> = (0..60)
+            .map(|i| {
+                json!({"type": "unique.race", "args": [round, i], "options": {"queue": "uq",
+                       "unique": {"keys": ["type", "queue", "args"], "on_conflict": "reject"}}})
+            })
+            .collect();
+        let reversed: Vec<Value> = jobs.iter().rev().cloned().collect();
+        let (a, b) = tokio::join!(
+            http.post("/ojs/v1/jobs/batch", json!({ "jobs": jobs })),
+            http.post("/ojs/v1/jobs/batch", json!({ "jobs": reversed })),
+        );
+        let mut statuses = [a.0.as_u16(), b.0.as_u16()];
+        statuses.sort();
+        assert!(
+            statuses == [201, 409] || statuses == [200, 409],
+            "round {round}: one batch stores, the other is a duplicate: {:?} {} / {:?} {}",
+            a.0,
+            a.1.get("error").unwrap_or(&a.1["count"]),
+            b.0,
+            b.1.get("error").unwrap_or(&b.1["count"]),
+        );
+    }
+    let (_, stats) = http.get("/ojs/v1/queues/uq/stats").await;
+    assert_eq!(
+        stats.pointer("/stats/available").and_then(Value::as_i64),
+        Some((ROUNDS * 60) as i64),
+        "{stats}"
+    );
+    app.stop().await;
+}
+
+/// A worker's heartbeats for all its jobs racing its batch ack of them, with ids the client chose
+/// and gave in reverse (so the jobs' order on disk is the reverse of their id order): both lock
+/// the jobs in id order.
+#[tokio::test]
+async fn heartbeats_racing_batch_acks_of_the_same_jobs_never_fail() {
+    let app = common::spawn_app().await;
+    let http = common::http::Http::new(&app);
+    for round in 0..ROUNDS {
+        let ids: Vec<Uuid> = (0..100).map(|_| Uuid::now_v7()).collect();
+        let jobs: Vec<Value> = ids
+            .iter()
+            .rev()
+            .map(|id| {
+                json!({"id": id.to_string(), "type": "hb.race", "args": [round],
+                       "options": {"queue": "hb"}})
+            })
+            .collect();
+        http.ok_post("/ojs/v1/jobs/batch", json!({ "jobs": jobs }))
+            .await;
+        let fetched = http
+            .ok_post(
+                "/ojs/v1/workers/fetch",
+                json!({"queues": ["hb"], "count": 100, "worker_id": "w1"}),
+            )
+            .await;
+        let claimed = fetched["jobs"].as_array().cloned().unwrap_or_default();
+        assert_eq!(claimed.len(), 100, "{fetched}");
+        let ids: Vec<Value> = claimed.iter().map(|j| j["id"].clone()).collect();
+        let acks: Vec<Value> = claimed
+            .iter()
+            .map(|j| json!({"job_id": j["id"], "lease_token": j["lease_token"]}))
+            .collect();
+        // Staggered by a millisecond each, so some overlap the ack's statement whatever its speed.
+        let (http, ids) = (&http, &ids);
+        let beats = (0..4u64).map(|i| async move {
+            tokio::time::sleep(std::time::Duration::from_millis(i)).await;
+            http.post(
+                "/ojs/v1/workers/heartbeat",
+                json!({"worker_id": "w1", "active_jobs": ids}),
+            )
+            .await
+        });
+        let worker_beats = (0..4u64).map(|i| async move {
+            tokio::time::sleep(std::time::Duration::from_millis(i)).await;
+            http.post("/ojs/v1/workers/heartbeat", json!({"worker_id": "w1"}))
+                .await
+        });
+        let (acked, beats, worker_beats) = tokio::join!(
+            http.post("/ojs/v1/workers/ack/batch", json!({ "acks": acks })),
+            futures_util::future::join_all(beats),
+            futures_util::future::join_all(worker_beats),
+        );
+        assert_eq!(acked.0, 200, "round {round}: {}", acked.1);
+        for (status, body) in beats.iter().chain(&worker_beats) {
+            assert_eq!(*status, 200, "round {round}: heartbeat {body}");
+        }
+        assert_eq!(acked.1["acknowledged"], 100, "round {round}: {}", acked.1);
+    }
+    app.stop().await;
+}
