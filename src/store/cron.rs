@@ -47,14 +47,31 @@ impl Store {
             .map_err(map_db_error)
     }
 
-    /// `s3p.cron_list`.
+    /// `s3p.cron_list`: up to `page_size` entries of `scope` named after `after`, in name order.
     #[tracing::instrument(name = "db", skip_all, fields(op = "list_crons"))]
-    pub async fn list_crons(&self, scope: &Scope) -> Result<Vec<CronEntry>, CoreError> {
-        sqlx::query_as::<_, CronRow>("SELECT * FROM s3p.cron_list($1)")
+    pub async fn list_crons(
+        &self,
+        scope: &Scope,
+        after: Option<&str>,
+        page_size: i64,
+    ) -> Result<Vec<CronEntry>, CoreError> {
+        sqlx::query_as::<_, CronRow>("SELECT * FROM s3p.cron_list($1, $2, $3)")
             .bind(scope.like_patterns())
+            .bind(after)
+            .bind(i32::try_from(page_size).unwrap_or(i32::MAX))
             .fetch_all(&self.pool)
             .await
             .map(|rows| rows.into_iter().map(CronEntry::from).collect())
+            .map_err(map_db_error)
+    }
+
+    /// `s3p.cron_count`: how many entries `scope` covers.
+    #[tracing::instrument(name = "db", skip_all, fields(op = "count_crons"))]
+    pub async fn count_crons(&self, scope: &Scope) -> Result<i64, CoreError> {
+        sqlx::query_scalar("SELECT s3p.cron_count($1)")
+            .bind(scope.like_patterns())
+            .fetch_one(&self.pool)
+            .await
             .map_err(map_db_error)
     }
 
