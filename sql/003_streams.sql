@@ -74,12 +74,70 @@ BEGIN
 END
 $$;
 
-CREATE OR REPLACE FUNCTION s3p.stream_consumers(queue text)
+-- For each cursor tick in `cursors`: how many ticks of the queue schema's stream come after it,
+-- and its own max_seq (the events it covers). Tick ids have gaps (rolled-back ticks, ticks dropped
+-- between cursors), so this counts, but in one pass: the ticks from the lowest cursor on, sorted
+-- together with the cursors, instead of a count per cursor (cursors x ticks).
+CREATE OR REPLACE FUNCTION s3p.stream_cursor_lag(queue_schema text, cursors bigint[])
+RETURNS TABLE (tick bigint, ticks_behind bigint, max_seq bigint)
+LANGUAGE plpgsql STABLE AS $$
+BEGIN
+    -- Descending, each cursor just before its own tick: the ticks counted so far are those after
+    -- it, and the next row is its tick.
+    RETURN QUERY EXECUTE format($f$
+        SELECT m.at, m.behind, CASE WHEN m.next_at = m.at THEN m.next_seq END
+          FROM (SELECT u.at, u.is_cursor,
+                       count(*) FILTER (WHERE NOT u.is_cursor) OVER w AS behind,
+                       lead(u.at) OVER w AS next_at, lead(u.max_seq) OVER w AS next_seq
+                  FROM (SELECT t.tick_id AS at, false AS is_cursor, t.max_seq FROM %I.stream_ticks t
+                         WHERE t.tick_id >= (SELECT min(c) FROM unnest($1) c)
+                        UNION ALL
+                        SELECT DISTINCT c, true, NULL::bigint FROM unnest($1) c WHERE c IS NOT NULL) u
+                WINDOW w AS (ORDER BY u.at DESC, u.is_cursor DESC)) m
+         WHERE m.is_cursor $f$, queue_schema)
+        USING cursors;
+END
+$$;
+
+-- A page of a stream's consumers: at most `page_size` named after `after` (NULL: from the first),
+-- in name order, each with its cursor, the ticks after it and its active batches. Reads the page's
+-- subscriptions by the primary key, and the ticks after the page's lowest cursor once.
+DROP FUNCTION IF EXISTS s3p.stream_consumers(text);
+CREATE OR REPLACE FUNCTION s3p.stream_consumers(queue text, after text, page_size int)
 RETURNS TABLE (consumer text, last_tick bigint, next_tick bigint, cooperative boolean,
                created_at timestamptz, ticks_behind bigint, active_batches jsonb)
 LANGUAGE plpgsql STABLE AS $$
+DECLARE
+    queue_schema text := s3p.existing_queue_schema(queue);
+    -- The condition is spelled out per case, so each plan is a range scan of the key.
+    after_cursor text := CASE WHEN after IS NULL THEN '' ELSE 'WHERE s.consumer > $1' END;
 BEGIN
-    RETURN QUERY EXECUTE format('SELECT * FROM %I.stream_consumers()', s3p.existing_queue_schema(queue));
+    RETURN QUERY EXECUTE format($f$
+        WITH page AS MATERIALIZED (
+            SELECT s.* FROM %1$I.stream_subscriptions s %2$s ORDER BY s.consumer LIMIT $2)
+        SELECT p.consumer, p.last_tick, p.next_tick, p.cooperative, p.created_at,
+               coalesce(l.ticks_behind, 0),
+               coalesce((SELECT jsonb_agg(jsonb_build_object('batch_id', b.batch_id, 'member', b.member,
+                                                             'start_tick', b.start_tick, 'end_tick', b.end_tick,
+                                                             'created_at', b.created_at) ORDER BY b.start_tick)
+                           FROM %1$I.stream_batches b
+                          WHERE b.consumer = p.consumer AND b.state = 'active'), '[]'::jsonb)
+          FROM page p
+          LEFT JOIN s3p.stream_cursor_lag(%1$L, ARRAY(SELECT q.last_tick FROM page q)) l
+                 ON l.tick = p.last_tick
+         ORDER BY p.consumer $f$, queue_schema, after_cursor)
+        USING after, page_size;
+END
+$$;
+
+-- How many consumers a stream has (the total of stream_consumers' pages).
+CREATE OR REPLACE FUNCTION s3p.stream_consumer_count(queue text) RETURNS bigint
+LANGUAGE plpgsql STABLE AS $$
+DECLARE
+    n bigint;
+BEGIN
+    EXECUTE format('SELECT count(*) FROM %I.stream_subscriptions', s3p.existing_queue_schema(queue)) INTO n;
+    RETURN n;
 END
 $$;
 

@@ -267,11 +267,30 @@ BEGIN
 END
 $$;
 
--- The cron entries whose queue is in `scope` (s3p.in_scope), in name order.
+-- A page of the cron entries whose queue is in `scope` (s3p.in_scope): at most `page_size` (NULL:
+-- all) named after `after` (NULL: from the first), in name order. The primary key's order, so only
+-- the page (and entries of other scopes between its rows) is read.
 DROP FUNCTION IF EXISTS s3p.cron_list();
-CREATE OR REPLACE FUNCTION s3p.cron_list(scope text[] DEFAULT NULL) RETURNS SETOF s3p.cron_jobs
+DROP FUNCTION IF EXISTS s3p.cron_list(text[]);
+CREATE OR REPLACE FUNCTION s3p.cron_list(scope text[] DEFAULT NULL, after text DEFAULT NULL,
+                                         page_size int DEFAULT NULL) RETURNS SETOF s3p.cron_jobs
+LANGUAGE plpgsql STABLE AS $$
+BEGIN
+    -- Two statements, so the cached plan of each is a range scan of the key.
+    IF after IS NULL THEN
+        RETURN QUERY SELECT * FROM s3p.cron_jobs c WHERE s3p.in_scope(s3p.cron_queue(c), scope)
+                      ORDER BY c.name LIMIT page_size;
+    ELSE
+        RETURN QUERY SELECT * FROM s3p.cron_jobs c WHERE c.name > after AND s3p.in_scope(s3p.cron_queue(c), scope)
+                      ORDER BY c.name LIMIT page_size;
+    END IF;
+END
+$$;
+
+-- How many cron entries have their queue in `scope` (the total of cron_list's pages).
+CREATE OR REPLACE FUNCTION s3p.cron_count(scope text[] DEFAULT NULL) RETURNS bigint
 LANGUAGE sql STABLE AS $$
-    SELECT * FROM s3p.cron_jobs c WHERE s3p.in_scope(s3p.cron_queue(c), scope) ORDER BY c.name
+    SELECT count(*) FROM s3p.cron_jobs c WHERE s3p.in_scope(s3p.cron_queue(c), scope)
 $$;
 
 CREATE OR REPLACE FUNCTION s3p.cron_due(max int) RETURNS SETOF s3p.cron_jobs

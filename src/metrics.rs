@@ -1,7 +1,8 @@
 //! `GET /metrics` in the OpenMetrics text format, encoded by `prometheus-client`: requests by
 //! operation, protocol and status with latency histograms (from the middleware), job wait and
-//! run time histograms by queue, jobs by queue and state, stream sizes, consumer lag and dead
-//! letters (one SQL call), maintenance totals and database pool use.
+//! run time histograms by queue, jobs by queue and state, stream sizes, consumers, consumer lag
+//! (per queue the largest, and per consumer for the 100 furthest behind) and dead letters (one SQL
+//! call), maintenance totals and database pool use.
 
 use std::sync::Arc;
 use std::sync::atomic::Ordering::Relaxed;
@@ -328,6 +329,21 @@ fn register_queues(snapshot: &Value, registry: &mut Registry) {
             "rotations",
             "Stream segment rotations so far, by queue",
         ),
+        (
+            "pgvs3_stream_consumers",
+            "consumer_count",
+            "Stream consumers, by queue",
+        ),
+        (
+            "pgvs3_stream_consumer_max_lag_ticks",
+            "max_ticks_behind",
+            "Ticks after the cursor of the consumer furthest behind, by queue",
+        ),
+        (
+            "pgvs3_stream_consumer_max_lag_events",
+            "max_events_behind",
+            "Events after the cursor of the consumer furthest behind (by sequence), by queue",
+        ),
     ] {
         registry.register(
             metric,
@@ -345,12 +361,12 @@ fn register_queues(snapshot: &Value, registry: &mut Registry) {
         (
             "pgvs3_stream_consumer_lag_ticks",
             "ticks_behind",
-            "Ticks after a consumer's cursor",
+            "Ticks after a consumer's cursor, for the 100 consumers of each queue furthest behind",
         ),
         (
             "pgvs3_stream_consumer_lag_events",
             "events_behind",
-            "Events after a consumer's cursor (by sequence)",
+            "Events after a consumer's cursor (by sequence), for the 100 consumers of each queue furthest behind",
         ),
     ] {
         registry.register(

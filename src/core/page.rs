@@ -62,18 +62,8 @@ pub struct Page<T> {
 }
 
 impl PageSpec {
-    /// The page of `sorted` (in name order, `name` giving each entry's) this spec selects.
-    pub fn cut<T>(&self, sorted: Vec<T>, name: impl Fn(&T) -> &str) -> Page<T> {
-        let total = sorted.len() as i64;
-        let mut items: Vec<T> = sorted
-            .into_iter()
-            .filter(|item| self.after.as_deref().is_none_or(|after| name(item) > after))
-            .take(self.limit as usize + 1)
-            .collect();
-        self.finish(&mut items, total, name)
-    }
-
-    /// Completes a page read with one entry more than the limit (to know whether more follow).
+    /// Completes a page read in SQL (entries named after `after`, in name order, at most
+    /// `limit + 1` of them: the one more says whether more follow), with the whole list's `total`.
     pub fn finish<T>(&self, items: &mut Vec<T>, total: i64, name: impl Fn(&T) -> &str) -> Page<T> {
         let more = items.len() as i64 > self.limit;
         items.truncate(self.limit as usize);
@@ -107,8 +97,16 @@ mod tests {
             }
             .check()
             .expect("a valid request");
-            let page = spec.cut(names.clone(), |n| n.as_str());
+            // What the SQL of a page reads: after the cursor, at most limit + 1.
+            let mut read: Vec<String> = names
+                .iter()
+                .filter(|n| spec.after.as_deref().is_none_or(|after| n.as_str() > after))
+                .take(spec.limit as usize + 1)
+                .cloned()
+                .collect();
+            let page = spec.finish(&mut read, 7, |n| n.as_str());
             assert_eq!(page.total, 7);
+            assert!(page.items.len() <= 3);
             seen.extend(page.items);
             match page.next_cursor {
                 Some(next) => cursor = Some(next),

@@ -164,7 +164,8 @@ impl Service {
         self.store.stream_unsubscribe(queue, consumer).await
     }
 
-    /// Consumers with cursors and active batches.
+    /// A page of consumers with cursors and active batches, in name order (read a page at a time
+    /// from the database, with one more entry to know whether more follow).
     pub async fn consumers(
         &self,
         queue: &str,
@@ -172,9 +173,12 @@ impl Service {
     ) -> Result<super::page::Page<ConsumerInfo>, CoreError> {
         check_queue_name(queue)?;
         let spec = page.check()?;
-        let mut all = self.store.stream_consumers(queue).await?;
-        all.sort_by(|a, b| a.name.cmp(&b.name));
-        Ok(spec.cut(all, |c| c.name.as_str()))
+        let mut items = self
+            .store
+            .stream_consumers(queue, spec.after.as_deref(), spec.limit + 1)
+            .await?;
+        let total = self.store.stream_consumer_count(queue).await?;
+        Ok(spec.finish(&mut items, total, |c| c.name.as_str()))
     }
 
     /// The next batch (or the active one again); `None` when nothing is there, after waiting up to

@@ -424,8 +424,12 @@ impl Service {
         page: &super::page::PageRequest,
     ) -> Result<super::page::Page<CronEntry>, CoreError> {
         let spec = page.check()?;
-        let all = self.store.list_crons(scope).await?;
-        Ok(spec.cut(all, |c| c.name.as_str()))
+        let mut items = self
+            .store
+            .list_crons(scope, spec.after.as_deref(), spec.limit + 1)
+            .await?;
+        let total = self.store.count_crons(scope).await?;
+        Ok(spec.finish(&mut items, total, |c| c.name.as_str()))
     }
 
     /// Fires every due cron slot (each exactly once across gateways); returns how many jobs it

@@ -3,6 +3,7 @@
 
 mod coalesce;
 mod conflicts;
+mod cron;
 mod grouped;
 pub mod migrate;
 mod routes;
@@ -23,9 +24,8 @@ use crate::model::access::Scope;
 use crate::model::error::{CoreError, ErrorKind};
 use crate::model::job::{Job, JobState, MaintenanceReport, QueueSummary, RetryPolicy};
 use crate::model::queue::{QueueConfig, QueueStats};
-use crate::model::workflow::CronEntry;
 pub use grouped::{AckItem, GroupingStats};
-use rows::{CronRow, EventRow};
+use rows::EventRow;
 pub use signals::{Signals, Wakeups};
 
 /// The database handle of the service.
@@ -1085,83 +1085,6 @@ impl Store {
         })
         .await
         .map_err(map_db_error)
-    }
-
-    /// `s3p.cron_register`.
-    #[tracing::instrument(name = "db", skip_all, fields(op = "register_cron"))]
-    pub async fn register_cron(
-        &self,
-        name: &str,
-        expression: &str,
-        timezone: &str,
-        overlap: &str,
-        template: &Value,
-        first_run: Option<DateTime<Utc>>,
-    ) -> Result<CronEntry, CoreError> {
-        sqlx::query_as::<_, CronRow>("SELECT * FROM s3p.cron_register($1, $2, $3, $4, $5, $6)")
-            .bind(name)
-            .bind(expression)
-            .bind(timezone)
-            .bind(overlap)
-            .bind(template)
-            .bind(first_run)
-            .fetch_one(&self.pool)
-            .await
-            .map(CronEntry::from)
-            .map_err(map_db_error)
-    }
-
-    /// `s3p.cron_unregister`: an entry of a queue outside `scope` is not found.
-    #[tracing::instrument(name = "db", skip_all, fields(op = "unregister_cron"))]
-    pub async fn unregister_cron(&self, scope: &Scope, name: &str) -> Result<CronEntry, CoreError> {
-        sqlx::query_as::<_, CronRow>("SELECT * FROM s3p.cron_unregister($1, $2)")
-            .bind(name)
-            .bind(scope.like_patterns())
-            .fetch_one(&self.pool)
-            .await
-            .map(CronEntry::from)
-            .map_err(map_db_error)
-    }
-
-    /// `s3p.cron_list`.
-    #[tracing::instrument(name = "db", skip_all, fields(op = "list_crons"))]
-    pub async fn list_crons(&self, scope: &Scope) -> Result<Vec<CronEntry>, CoreError> {
-        sqlx::query_as::<_, CronRow>("SELECT * FROM s3p.cron_list($1)")
-            .bind(scope.like_patterns())
-            .fetch_all(&self.pool)
-            .await
-            .map(|rows| rows.into_iter().map(CronEntry::from).collect())
-            .map_err(map_db_error)
-    }
-
-    /// `s3p.cron_due`.
-    #[tracing::instrument(name = "db", skip_all, fields(op = "due_crons"))]
-    pub async fn due_crons(&self, max: i32) -> Result<Vec<CronEntry>, CoreError> {
-        sqlx::query_as::<_, CronRow>("SELECT * FROM s3p.cron_due($1)")
-            .bind(max)
-            .fetch_all(&self.pool)
-            .await
-            .map(|rows| rows.into_iter().map(CronEntry::from).collect())
-            .map_err(map_db_error)
-    }
-
-    /// `s3p.cron_fire`: the enqueued job id, or None (skipped or fired elsewhere).
-    #[tracing::instrument(name = "db", skip_all, fields(op = "fire_cron"))]
-    pub async fn fire_cron(
-        &self,
-        name: &str,
-        expected: DateTime<Utc>,
-        following: Option<DateTime<Utc>>,
-        job: &Value,
-    ) -> Result<Option<Uuid>, CoreError> {
-        sqlx::query_scalar("SELECT s3p.cron_fire($1, $2, $3, $4)")
-            .bind(name)
-            .bind(expected)
-            .bind(following)
-            .bind(job)
-            .fetch_one(&self.pool)
-            .await
-            .map_err(map_db_error)
     }
 }
 

@@ -183,14 +183,22 @@ impl Store {
         .map_err(map_db_error)
     }
 
-    /// `s3p.stream_consumers`.
+    /// `s3p.stream_consumers`: up to `page_size` consumers named after `after`, in name order.
     #[tracing::instrument(name = "db", skip_all, fields(op = "stream_consumers"))]
-    pub async fn stream_consumers(&self, queue: &str) -> Result<Vec<ConsumerInfo>, CoreError> {
-        let rows: Vec<ConsumerRow> = sqlx::query_as("SELECT * FROM s3p.stream_consumers($1)")
-            .bind(queue)
-            .fetch_all(self.pool())
-            .await
-            .map_err(map_db_error)?;
+    pub async fn stream_consumers(
+        &self,
+        queue: &str,
+        after: Option<&str>,
+        page_size: i64,
+    ) -> Result<Vec<ConsumerInfo>, CoreError> {
+        let rows: Vec<ConsumerRow> =
+            sqlx::query_as("SELECT * FROM s3p.stream_consumers($1, $2, $3)")
+                .bind(queue)
+                .bind(after)
+                .bind(i32::try_from(page_size).unwrap_or(i32::MAX))
+                .fetch_all(self.pool())
+                .await
+                .map_err(map_db_error)?;
         Ok(rows
             .into_iter()
             .map(|r| ConsumerInfo {
@@ -203,6 +211,16 @@ impl Store {
                 active_batches: r.active_batches.0,
             })
             .collect())
+    }
+
+    /// `s3p.stream_consumer_count`: how many consumers the stream has.
+    #[tracing::instrument(name = "db", skip_all, fields(op = "stream_consumer_count"))]
+    pub async fn stream_consumer_count(&self, queue: &str) -> Result<i64, CoreError> {
+        sqlx::query_scalar("SELECT s3p.stream_consumer_count($1)")
+            .bind(queue)
+            .fetch_one(self.pool())
+            .await
+            .map_err(map_db_error)
     }
 
     /// `s3p.stream_receive` with a fresh batch id.

@@ -208,7 +208,7 @@ pub async fn streams(State(ui): State<Arc<UiState>>, headers: HeaderMap) -> Resp
                     "events": stream.get("events"),
                     "dead_letters": stream.get("dead_letters"),
                     "rotations": stream.get("rotations"),
-                    "consumers": stream.get("consumers").and_then(Value::as_array).map_or(0, Vec::len),
+                    "consumers": stream.get("consumer_count").and_then(Value::as_i64).unwrap_or(0),
                 })
             })
             .collect();

@@ -42,4 +42,5 @@ mod scopes;
 mod stream_parity;
 mod streams;
 mod tls;
+mod unbounded_reads;
 mod worker_protocol;
