@@ -40,6 +40,43 @@ BEGIN
 END
 $$;
 
+-- Grouped rows: a claim, an ack or an enqueue of many jobs records its events in one row (one
+-- heap tuple and one index entry for the statement instead of one per job). Such a row lists its
+-- jobs in `job_ids`, with `job_types`, `attempts`, `extras` and, where they differ from the row's
+-- `type` / `state`, `types` / `states` at the same positions. Event k (1-based) of a row is at
+-- seq `seq + k - 1`: the sequence steps by s3p.event_span(), so a row's events never share a seq
+-- with another row's, and log order stays (txid, seq) event by event. s3p.event_items expands a
+-- row; every reader goes through it.
+ALTER TABLE s3p.events ADD COLUMN IF NOT EXISTS job_ids uuid[];
+ALTER TABLE s3p.events ADD COLUMN IF NOT EXISTS job_types text[];
+ALTER TABLE s3p.events ADD COLUMN IF NOT EXISTS types text[];
+ALTER TABLE s3p.events ADD COLUMN IF NOT EXISTS states text[];
+ALTER TABLE s3p.events ADD COLUMN IF NOT EXISTS attempts int[];
+ALTER TABLE s3p.events ADD COLUMN IF NOT EXISTS extras jsonb[];
+
+-- The most events one row holds, and the step of the event sequence.
+CREATE OR REPLACE FUNCTION s3p.event_span() RETURNS int
+LANGUAGE sql IMMUTABLE AS $$ SELECT 1024 $$;
+
+DO $$
+BEGIN
+    IF (SELECT s.seqincrement FROM pg_sequence s
+         WHERE s.seqrelid = pg_get_serial_sequence('s3p.events', 'seq')::regclass) <> s3p.event_span() THEN
+        EXECUTE format('ALTER SEQUENCE %s INCREMENT BY %s',
+                       pg_get_serial_sequence('s3p.events', 'seq'), s3p.event_span());
+    END IF;
+END
+$$;
+
+-- The id of event k of a grouped row: the row's id for the first, a stable one derived from it
+-- for the others.
+CREATE OR REPLACE FUNCTION s3p.event_item_id(row_id uuid, k bigint) RETURNS uuid
+LANGUAGE sql IMMUTABLE AS $$
+    SELECT CASE WHEN k = 1 THEN row_id
+                ELSE overlay(overlay(md5(row_id::text || ':' || k) PLACING '4' FROM 13) PLACING '8' FROM 17)::uuid
+           END
+$$;
+
 -- Where a reader may go up to: the oldest transaction in progress in this reader's snapshot,
 -- leaving out those still running in another database of the cluster (their events are not
 -- this log's); a transaction that ended since the snapshot counts, so the answer never passes one
@@ -61,8 +98,8 @@ $$;
 -- follower that wants only what happens from now on starts.
 CREATE OR REPLACE FUNCTION s3p.events_end(OUT txid bigint, OUT seq bigint)
 LANGUAGE sql STABLE AS $$
-    SELECT coalesce(max(e.txid::text::bigint), 0), coalesce(max(e.seq), 0)
-      FROM (SELECT e.txid, e.seq FROM s3p.events e, (SELECT s3p.events_horizon() AS horizon OFFSET 0) h
+    SELECT coalesce(max(e.txid::text::bigint), 0), coalesce(max(e.seq + coalesce(cardinality(e.job_ids), 1) - 1), 0)
+      FROM (SELECT e.txid, e.seq, e.job_ids FROM s3p.events e, (SELECT s3p.events_horizon() AS horizon OFFSET 0) h
              WHERE e.txid < h.horizon
              ORDER BY e.txid DESC, e.seq DESC LIMIT 1) e
 $$;
@@ -83,6 +120,47 @@ LANGUAGE sql AS $$
     VALUES (event_type, job.id, job.queue, job.type, job.state, job.attempt, nullif(extra, '{}'))
 $$;
 
+-- Records the lifecycle events of one statement's jobs of one queue, in the order given: one
+-- event as one narrow row, more as grouped rows of up to s3p.event_span() events. `per_types` /
+-- `per_states`, when given, are each event's type and state (else `event_type` and `state` for
+-- all). Returns the events recorded.
+CREATE OR REPLACE FUNCTION s3p.record_events(queue text, event_type text, state text, ids uuid[],
+                                             job_types text[], attempts int[], extras jsonb[],
+                                             per_types text[] DEFAULT NULL, per_states text[] DEFAULT NULL)
+RETURNS int
+LANGUAGE plpgsql AS $$
+DECLARE
+    n int := coalesce(cardinality(ids), 0);
+    span int := s3p.event_span();
+    first int;
+    last int;
+    row_type text;
+    row_state text;
+BEGIN
+    IF n = 1 THEN
+        INSERT INTO s3p.events (type, job_id, queue, job_type, state, attempt, extra)
+        VALUES (coalesce(per_types[1], event_type), ids[1], queue, job_types[1],
+                coalesce(per_states[1], state), attempts[1], nullif(extras[1], '{}'));
+        RETURN 1;
+    END IF;
+    first := 1;
+    WHILE first <= n LOOP
+        last := least(first + span - 1, n);
+        row_type := coalesce(per_types[first], event_type);
+        row_state := coalesce(per_states[first], state);
+        INSERT INTO s3p.events (type, queue, state, job_ids, job_types, attempts, extras, types, states)
+        VALUES (row_type, queue, row_state, ids[first:last], job_types[first:last], attempts[first:last],
+                extras[first:last],
+                CASE WHEN EXISTS (SELECT 1 FROM unnest(per_types[first:last]) t WHERE t IS DISTINCT FROM row_type)
+                     THEN per_types[first:last] END,
+                CASE WHEN EXISTS (SELECT 1 FROM unnest(per_states[first:last]) t WHERE t IS DISTINCT FROM row_state)
+                     THEN per_states[first:last] END);
+        first := last + 1;
+    END LOOP;
+    RETURN n;
+END
+$$;
+
 -- The data of a recorded event: stored whole (older rows), or built from its narrow columns.
 CREATE OR REPLACE FUNCTION s3p.event_row_data(e s3p.events) RETURNS jsonb
 LANGUAGE sql STABLE AS $$
@@ -90,8 +168,23 @@ LANGUAGE sql STABLE AS $$
                             || coalesce(e.extra, '{}'))
 $$;
 
+-- The events of a log row, in order: a row of one event as it is, a grouped row expanded.
+CREATE OR REPLACE FUNCTION s3p.event_items(e s3p.events)
+RETURNS TABLE (seq bigint, id uuid, type text, job_id uuid, job_type text, data jsonb)
+LANGUAGE sql STABLE AS $$
+    SELECT e.seq, e.id, e.type, e.job_id, e.job_type, s3p.event_row_data(e)
+     WHERE e.job_ids IS NULL
+    UNION ALL
+    SELECT e.seq + i.k - 1, s3p.event_item_id(e.id, i.k), coalesce(i.type, e.type), i.job_id, i.job_type,
+           s3p.event_data(i.job_id, i.job_type, e.queue, coalesce(i.state, e.state), i.attempt)
+               || coalesce(i.extra, '{}')
+      FROM unnest(e.job_ids, e.job_types, e.types, e.states, e.attempts, e.extras)
+               WITH ORDINALITY AS i(job_id, job_type, type, state, attempt, extra, k)
+     WHERE e.job_ids IS NOT NULL
+$$;
+
 -- Events after a cursor (after_txid, after_seq), filtered (NULL = any), in log order, up to the
--- horizon.
+-- horizon. Rows that may hold events past the cursor start at most a span before it.
 -- `scope` (s3p.in_scope) leaves out the events of queues outside a token's scope.
 DROP FUNCTION IF EXISTS s3p.events_page(bigint, text[], text[], text[], int);
 DROP FUNCTION IF EXISTS s3p.events_page(bigint, bigint, text[], text[], text[], int);
@@ -100,15 +193,19 @@ CREATE OR REPLACE FUNCTION s3p.events_page(after_txid bigint, after_seq bigint, 
 RETURNS TABLE (txid bigint, seq bigint, id uuid, type text, job_id uuid, queue text, job_type text,
                data jsonb, "time" timestamptz)
 LANGUAGE sql STABLE AS $$
-    SELECT e.txid::text::bigint, e.seq, e.id, e.type, e.job_id, e.queue, e.job_type, s3p.event_row_data(e), e.time
-      FROM s3p.events e, (SELECT s3p.events_horizon() AS horizon OFFSET 0) h
-     WHERE (e.txid, e.seq) > (coalesce(after_txid, 0)::text::xid8, coalesce(after_seq, 0))
+    SELECT e.txid::text::bigint, x.seq, x.id, x.type, x.job_id, e.queue, x.job_type, x.data, e.time
+      FROM s3p.events e
+           CROSS JOIN LATERAL s3p.event_items(e) x,
+           (SELECT s3p.events_horizon() AS horizon OFFSET 0) h
+     WHERE (e.txid, e.seq) > (coalesce(after_txid, 0)::text::xid8, coalesce(after_seq, 0) - s3p.event_span())
+       AND (e.txid, x.seq) > (coalesce(after_txid, 0)::text::xid8, coalesce(after_seq, 0))
        AND e.txid < h.horizon
-       AND (types IS NULL OR e.type = ANY (types))
-       AND (queues IS NULL OR e.queue = ANY (queues))
-       AND (job_types IS NULL OR e.job_type = ANY (job_types))
-       AND s3p.in_scope(e.queue, scope)
-     ORDER BY e.txid, e.seq
+       -- Qualified: the log has columns named `types` and `job_types` too.
+       AND (events_page.types IS NULL OR x.type = ANY (events_page.types))
+       AND (events_page.queues IS NULL OR e.queue = ANY (events_page.queues))
+       AND (events_page.job_types IS NULL OR x.job_type = ANY (events_page.job_types))
+       AND s3p.in_scope(e.queue, events_page.scope)
+     ORDER BY e.txid, e.seq, x.seq
      LIMIT page_size
 $$;
 
@@ -118,7 +215,9 @@ CREATE OR REPLACE FUNCTION s3p.events_held(after_txid bigint, after_seq bigint) 
 LANGUAGE sql STABLE AS $$
     SELECT EXISTS (
         SELECT 1 FROM s3p.events e, (SELECT s3p.events_horizon() AS horizon OFFSET 0) h
-         WHERE (e.txid, e.seq) > (coalesce(after_txid, 0)::text::xid8, coalesce(after_seq, 0))
+         WHERE (e.txid, e.seq) > (coalesce(after_txid, 0)::text::xid8, coalesce(after_seq, 0) - s3p.event_span())
+           AND (e.txid, e.seq + coalesce(cardinality(e.job_ids), 1) - 1)
+               > (coalesce(after_txid, 0)::text::xid8, coalesce(after_seq, 0))
            AND e.txid >= h.horizon)
 $$;
 

@@ -30,14 +30,14 @@ DECLARE
 BEGIN
     FOR target IN
         SELECT e.queue,
-               jsonb_agg(jsonb_build_object('id', e.id, 'type', e.type,
+               jsonb_agg(jsonb_build_object('id', x.id, 'type', x.type,
                                             'payload', jsonb_build_object(
-                                                'seq', e.seq, 'id', e.id, 'type', e.type, 'job_id', e.job_id,
-                                                'queue', e.queue, 'job_type', e.job_type,
-                                                'data', s3p.event_row_data(e), 'time', e.time),
+                                                'seq', x.seq, 'id', x.id, 'type', x.type, 'job_id', x.job_id,
+                                                'queue', e.queue, 'job_type', x.job_type,
+                                                'data', x.data, 'time', e.time),
                                             'headers', jsonb_build_object('pgvs3-event', 'job'))
-                         ORDER BY e.seq) AS messages
-          FROM logged e
+                         ORDER BY x.seq) AS messages
+          FROM logged e CROSS JOIN LATERAL s3p.event_items(e) x
          WHERE e.queue IN (SELECT q.name FROM s3p.queues q
                             WHERE q.settings @> '{"mirror_job_events": true}')
          GROUP BY e.queue

@@ -21,10 +21,11 @@ CREATE OR REPLACE FUNCTION s3p.job_events(wanted uuid, page_size int)
 RETURNS TABLE (txid bigint, seq bigint, id uuid, type text, job_id uuid, queue text, job_type text,
                data jsonb, "time" timestamptz)
 LANGUAGE sql STABLE AS $$
-    SELECT e.txid::text::bigint, e.seq, e.id, e.type, e.job_id, e.queue, e.job_type, s3p.event_row_data(e), e.time
-      FROM s3p.events e
-     WHERE e.job_id = wanted
-     ORDER BY e.txid, e.seq
+    SELECT e.txid::text::bigint, x.seq, x.id, x.type, x.job_id, e.queue, x.job_type, x.data, e.time
+      FROM s3p.events e CROSS JOIN LATERAL s3p.event_items(e) x
+     WHERE (e.job_id = wanted OR wanted = ANY (e.job_ids))
+       AND x.job_id = wanted
+     ORDER BY e.txid, e.seq, x.seq
      LIMIT page_size
 $$;
 

@@ -84,13 +84,17 @@ BEGIN
          ORDER BY g.ordinality
         RETURNING *
     ), recorded AS (
-        INSERT INTO s3p.events (type, job_id, queue, job_type, state, attempt, extra)
-        SELECT CASE i.state WHEN 'scheduled' THEN 'job.scheduled' ELSE 'job.enqueued' END, i.id, i.queue, i.type,
-               i.state, i.attempt, jsonb_build_object('priority', i.priority, 'scheduled_at', i.scheduled_at)
+        -- One call for the statement's events (s3p.record_events), referenced below so it runs.
+        SELECT s3p.record_events(
+                   min(i.queue), 'job.enqueued', 'available',
+                   array_agg(i.id ORDER BY i.seq), array_agg(i.type ORDER BY i.seq),
+                   array_agg(i.attempt ORDER BY i.seq),
+                   array_agg(jsonb_build_object('priority', i.priority, 'scheduled_at', i.scheduled_at) ORDER BY i.seq),
+                   array_agg(CASE i.state WHEN 'scheduled' THEN 'job.scheduled' ELSE 'job.enqueued' END ORDER BY i.seq),
+                   array_agg(i.state ORDER BY i.seq)) AS events
           FROM inserted i
-         ORDER BY i.seq
     )
-    SELECT * FROM inserted ORDER BY seq;
+    SELECT i.* FROM inserted i, recorded ORDER BY i.seq;
 END
 $fn$;
 
@@ -222,13 +226,14 @@ BEGIN
              WHERE j.id = s.id
             RETURNING j AS job, s.slot
         ), recorded AS (
-            INSERT INTO s3p.events (type, job_id, queue, job_type, state, attempt, extra)
-            SELECT 'job.started', (r.job).id, (r.job).queue, (r.job).type, (r.job).state, (r.job).attempt,
-                   jsonb_build_object('worker_id', (r.job).worker_id)
+            SELECT s3p.record_events(
+                       queue_name, 'job.started', 'active',
+                       array_agg((r.job).id ORDER BY r.slot), array_agg((r.job).type ORDER BY r.slot),
+                       array_agg((r.job).attempt ORDER BY r.slot),
+                       array_agg(jsonb_build_object('worker_id', (r.job).worker_id) ORDER BY r.slot)) AS events
               FROM reclaimed r
-             ORDER BY r.slot
         )
-        SELECT (r.job).* FROM reclaimed r ORDER BY r.slot;
+        SELECT (r.job).* FROM reclaimed r, recorded ORDER BY r.slot;
         GET DIAGNOSTICS got = ROW_COUNT;
         IF got >= wanted THEN
             RETURN;
@@ -260,13 +265,17 @@ BEGIN
          WHERE j.id = s.id
         RETURNING j.*
     ), recorded AS (
-        INSERT INTO s3p.events (type, job_id, queue, job_type, state, attempt, extra)
-        SELECT 'job.started', c.id, c.queue, c.type, c.state, c.attempt, jsonb_build_object('worker_id', c.worker_id)
+        SELECT s3p.record_events(
+                   queue_name, 'job.started', 'active',
+                   array_agg(c.id ORDER BY c.priority DESC, c.run_at, c.seq),
+                   array_agg(c.type ORDER BY c.priority DESC, c.run_at, c.seq),
+                   array_agg(c.attempt ORDER BY c.priority DESC, c.run_at, c.seq),
+                   array_agg(jsonb_build_object('worker_id', c.worker_id) ORDER BY c.priority DESC, c.run_at, c.seq)
+               ) AS events
           FROM claimed c
-         ORDER BY c.priority DESC, c.run_at, c.seq
     )
     -- The slots' order: the claim leaves priority, run_at and seq as they were.
-    SELECT * FROM claimed ORDER BY priority DESC, run_at, seq;
+    SELECT c.* FROM claimed c, recorded ORDER BY c.priority DESC, c.run_at, c.seq;
 END
 $fn$;
 
@@ -356,14 +365,16 @@ BEGIN
                AND (i.token IS NULL OR i.token = j.lease_token)
             RETURNING j.*
         ), recorded AS (
-            INSERT INTO s3p.events (type, job_id, queue, job_type, state, attempt, extra)
-            SELECT 'job.completed', c.id, c.queue, c.type, c.state, c.attempt,
-                   jsonb_build_object('duration_ms', round(extract(epoch FROM c.completed_at - c.started_at) * 1000),
-                                      'result', c.result)
+            SELECT s3p.record_events(
+                       min(c.queue), 'job.completed', 'completed',
+                       array_agg(c.id ORDER BY c.seq), array_agg(c.type ORDER BY c.seq),
+                       array_agg(c.attempt ORDER BY c.seq),
+                       array_agg(jsonb_build_object(
+                           'duration_ms', round(extract(epoch FROM c.completed_at - c.started_at) * 1000),
+                           'result', c.result) ORDER BY c.seq)) AS events
               FROM completed c
-             ORDER BY c.seq
         )
-        SELECT * FROM completed ORDER BY seq
+        SELECT c.* FROM completed c, recorded ORDER BY c.seq
     LOOP
         IF job.workflow_id IS NOT NULL THEN
             PERFORM __SCHEMA__.settled(job);

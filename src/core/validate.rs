@@ -649,7 +649,7 @@ pub fn new_job_row(job: &EnqueueJob, now: DateTime<Utc>) -> Result<Value, CoreEr
         "max_attempts": retry.max_attempts,
         "timeout_ms": timeout_ms,
         "visibility_timeout_ms": visibility_timeout_ms,
-        "retry": retry,
+        "retry": retry.stored(),
         "uniq": unique,
         "unique_key": unique_key,
         "tags": options.tags.clone().unwrap_or_default(),

@@ -22,6 +22,7 @@ mod conformance;
 mod dashboard;
 mod database_tls;
 mod event_mirror;
+mod event_rows;
 mod events_sse;
 mod gateways;
 mod grpc_boundaries;

@@ -1,0 +1,143 @@
+//! The event log stores a claim, an ack or an enqueue of many jobs as one row per statement (#28),
+//! and still reads as one event per job: the same events, in the same order, with distinct ids,
+//! whatever the page size and wherever a page boundary falls inside a row.
+
+use crate::common;
+
+use serde_json::{Value, json};
+use sqlx::Connection;
+
+/// Every event of `queue` from the start, `limit` per page, with the cursor after each page.
+async fn read_all(http: &common::http::Http, queue: &str, limit: usize) -> Vec<Value> {
+    let mut after = String::from("0-0");
+    let mut events = Vec::new();
+    loop {
+        let page = http
+            .ok_get(&format!(
+                "/ojs/v1/events?queues={queue}&limit={limit}&after={after}"
+            ))
+            .await;
+        let got = page["events"].as_array().cloned().unwrap_or_default();
+        assert!(
+            got.len() <= limit,
+            "a page holds at most limit events: {page}"
+        );
+        if got.is_empty() {
+            return events;
+        }
+        events.extend(got);
+        after = page["cursor"].as_str().expect("cursor").to_string();
+    }
+}
+
+#[tokio::test]
+async fn a_statement_of_many_jobs_is_one_log_row_and_reads_as_one_event_per_job() {
+    let app = common::spawn_app().await;
+    let http = common::http::Http::new(&app);
+    // 30 jobs, two of them scheduled: the enqueue row holds events of two types.
+    let jobs: Vec<Value> = (0..30)
+        .map(|i| {
+            let mut options = json!({"queue": "rows"});
+            if i == 5 || i == 17 {
+                options["scheduled_at"] = json!("2099-01-01T00:00:00Z");
+            }
+            json!({"type": format!("row.t{}", i % 3), "args": [i], "options": options})
+        })
+        .collect();
+    let stored = http
+        .ok_post("/ojs/v1/jobs/batch", json!({ "jobs": jobs }))
+        .await;
+    let ids: Vec<Value> = stored["jobs"]
+        .as_array()
+        .expect("jobs")
+        .iter()
+        .map(|j| j["id"].clone())
+        .collect();
+    let fetched = http
+        .ok_post(
+            "/ojs/v1/workers/fetch",
+            json!({"queues": ["rows"], "count": 100, "worker_id": "w-rows"}),
+        )
+        .await;
+    let claimed = fetched["jobs"].as_array().cloned().unwrap_or_default();
+    assert_eq!(claimed.len(), 28, "{fetched}");
+    let acks: Vec<Value> = claimed
+        .iter()
+        .map(|j| json!({"job_id": j["id"], "lease_token": j["lease_token"]}))
+        .collect();
+    let acked = http
+        .ok_post("/ojs/v1/workers/ack/batch", json!({ "acks": acks }))
+        .await;
+    assert_eq!(acked["acknowledged"], 28, "{acked}");
+
+    // Storage: one row for the enqueue, one for the claim, one for the ack.
+    let mut db = sqlx::PgConnection::connect(&app.database_url)
+        .await
+        .expect("connect");
+    let rows: i64 = sqlx::query_scalar("SELECT count(*) FROM s3p.events WHERE queue = 'rows'")
+        .fetch_one(&mut db)
+        .await
+        .expect("count");
+    assert_eq!(rows, 3, "one log row per statement");
+
+    // Reading: one event per job and transition, in statement order, then the order given.
+    let events = read_all(&http, "rows", 1000).await;
+    let kinds: Vec<(String, Value)> = events
+        .iter()
+        .map(|e| {
+            (
+                e["type"].as_str().unwrap_or_default().to_string(),
+                e["data"]["job_id"].clone(),
+            )
+        })
+        .collect();
+    let mut expected: Vec<(String, Value)> = ids
+        .iter()
+        .enumerate()
+        .map(|(i, id)| {
+            let kind = if i == 5 || i == 17 {
+                "job.scheduled"
+            } else {
+                "job.enqueued"
+            };
+            (kind.to_string(), id.clone())
+        })
+        .collect();
+    expected.extend(
+        claimed
+            .iter()
+            .map(|j| ("job.started".to_string(), j["id"].clone())),
+    );
+    expected.extend(
+        claimed
+            .iter()
+            .map(|j| ("job.completed".to_string(), j["id"].clone())),
+    );
+    assert_eq!(kinds, expected);
+    for (event, job) in events[30..58].iter().zip(&claimed) {
+        assert_eq!(event["data"]["worker_id"], "w-rows", "{event}");
+        assert_eq!(event["data"]["attempt"], job["attempt"], "{event}");
+        assert_eq!(event["data"]["state"], "active", "{event}");
+    }
+    for event in &events[58..] {
+        assert_eq!(event["data"]["state"], "completed", "{event}");
+        assert!(event["data"]["duration_ms"].is_number(), "{event}");
+    }
+    assert_eq!(events[5]["data"]["state"], "scheduled", "{}", events[5]);
+    assert_eq!(events[6]["data"]["state"], "available", "{}", events[6]);
+    assert_eq!(events[1]["data"]["job_type"], "row.t1", "{}", events[1]);
+
+    // Distinct ids, and the same events whatever the page size (boundaries inside rows).
+    let mut event_ids: Vec<&str> = events.iter().filter_map(|e| e["id"].as_str()).collect();
+    event_ids.sort();
+    event_ids.dedup();
+    assert_eq!(event_ids.len(), events.len(), "every event has its own id");
+    for limit in [1, 7, 29] {
+        assert_eq!(
+            read_all(&http, "rows", limit).await,
+            events,
+            "limit {limit}"
+        );
+    }
+    app.stop().await;
+}
