@@ -7,6 +7,7 @@ use serde::Deserialize;
 use serde_json::{Value, json};
 use tonic::transport::Channel;
 
+use crate::backoff::{self, Backoff, grpc_retry};
 use crate::{BenchError, Protocol, Result};
 
 type OjsClient = ojs::ojs_service_client::OjsServiceClient<Channel>;
@@ -50,21 +51,38 @@ impl Http {
         })
     }
 
-    /// POSTs a JSON body; a non-2xx answer is an error carrying the body.
+    /// POSTs a JSON body, backing off from 429 and sending it again; another non-2xx answer is
+    /// an error carrying the body.
     async fn post(&self, path: &str, body: String) -> Result<bytes::Bytes> {
-        let response = self
-            .client
-            .post(format!("{}{path}", self.base))
-            .header("content-type", "application/json")
-            .body(body)
-            .send()
-            .await?;
-        let status = response.status();
-        let bytes = response.bytes().await?;
-        if status.is_success() {
-            Ok(bytes)
-        } else {
-            Err(format!("POST {path}: {status}: {}", String::from_utf8_lossy(&bytes)).into())
+        // Bytes: a retry sends the same buffer again without copying it.
+        let body = bytes::Bytes::from(body);
+        let url = format!("{}{path}", self.base);
+        let mut backoff = Backoff::default();
+        loop {
+            let response = self
+                .client
+                .post(&url)
+                .header("content-type", "application/json")
+                .body(body.clone())
+                .send()
+                .await?;
+            let status = response.status();
+            let retry_after = response
+                .headers()
+                .get(reqwest::header::RETRY_AFTER)
+                .and_then(|v| v.to_str().ok())
+                .and_then(backoff::parse_retry_after);
+            // Read to the end either way, so the connection goes back to the pool.
+            let bytes = response.bytes().await?;
+            if status.is_success() {
+                return Ok(bytes);
+            }
+            if status != reqwest::StatusCode::TOO_MANY_REQUESTS {
+                return Err(
+                    format!("POST {path}: {status}: {}", String::from_utf8_lossy(&bytes)).into(),
+                );
+            }
+            backoff.wait(path, retry_after).await?;
         }
     }
 
@@ -76,7 +94,8 @@ impl Http {
     }
 }
 
-fn grpc_error(call: &str, status: tonic::Status) -> BenchError {
+/// A gRPC failure as an error naming the call.
+pub fn grpc_error(call: &str, status: tonic::Status) -> BenchError {
     format!("{call}: {:?}: {}", status.code(), status.message()).into()
 }
 
@@ -201,12 +220,8 @@ impl Jobs {
                 Ok(answer.count)
             }
             (Jobs::Grpc(grpc), Prepared::Grpc(request)) => {
-                let answer = grpc
-                    .ojs
-                    .enqueue_batch(request)
-                    .await
-                    .map_err(|s| grpc_error("EnqueueBatch", s))?;
-                Ok(answer.into_inner().jobs.len())
+                let answer = grpc_retry!("EnqueueBatch", grpc.ojs.enqueue_batch(request.clone()))?;
+                Ok(answer.jobs.len())
             }
             _ => Err("a batch prepared for the other protocol".into()),
         }
@@ -220,9 +235,9 @@ impl Jobs {
                                   "options": {"queue": queue}});
                 http.post("/ojs/v1/jobs", body.to_string()).await.map(drop)
             }
-            Jobs::Grpc(grpc) => grpc
-                .ojs
-                .enqueue(ojs::EnqueueRequest {
+            Jobs::Grpc(grpc) => grpc_retry!(
+                "Enqueue",
+                grpc.ojs.enqueue(ojs::EnqueueRequest {
                     r#type: "bench.job".into(),
                     args: grpc_job_args(i),
                     options: Some(ojs::EnqueueOptions {
@@ -231,9 +246,8 @@ impl Jobs {
                     }),
                     ..Default::default()
                 })
-                .await
-                .map(drop)
-                .map_err(|s| grpc_error("Enqueue", s)),
+            )
+            .map(drop),
         }
     }
 
@@ -262,19 +276,18 @@ impl Jobs {
                     .collect())
             }
             Jobs::Grpc(grpc) => {
-                let answer = grpc
-                    .ojs
-                    .fetch(ojs::FetchRequest {
+                let count = i32::try_from(count)?;
+                let answer = grpc_retry!(
+                    "Fetch",
+                    grpc.ojs.fetch(ojs::FetchRequest {
                         queues: vec![queue.into()],
-                        count: i32::try_from(count)?,
+                        count,
                         worker_id: worker.into(),
                         visibility_timeout_ms: 60_000,
                         wait_ms,
                     })
-                    .await
-                    .map_err(|s| grpc_error("Fetch", s))?;
+                )?;
                 Ok(answer
-                    .into_inner()
                     .jobs
                     .into_iter()
                     .map(|j| Claim {
@@ -296,17 +309,16 @@ impl Jobs {
                     .await
                     .map(drop)
             }
-            Jobs::Grpc(grpc) => grpc
-                .ojs
-                .ack(ojs::AckRequest {
+            Jobs::Grpc(grpc) => grpc_retry!(
+                "Ack",
+                grpc.ojs.ack(ojs::AckRequest {
                     job_id: claim.id.clone(),
                     lease_token: claim.token.clone(),
                     worker_id: worker.into(),
                     ..Default::default()
                 })
-                .await
-                .map(drop)
-                .map_err(|s| grpc_error("Ack", s)),
+            )
+            .map(drop),
         }
     }
 }
@@ -331,9 +343,9 @@ impl Jobs {
                 answer.acknowledged
             }
             Jobs::Grpc(grpc) => {
-                let answer = grpc
-                    .workers
-                    .ack_batch(streams::AckBatchRequest {
+                let answer = grpc_retry!(
+                    "AckBatch",
+                    grpc.workers.ack_batch(streams::AckBatchRequest {
                         acks: claims
                             .iter()
                             .map(|c| ojs::AckRequest {
@@ -344,9 +356,8 @@ impl Jobs {
                             })
                             .collect(),
                     })
-                    .await
-                    .map_err(|s| grpc_error("AckBatch", s))?;
-                usize::try_from(answer.into_inner().acknowledged)?
+                )?;
+                usize::try_from(answer.acknowledged)?
             }
         };
         if acknowledged != claims.len() {
@@ -428,16 +439,16 @@ impl Streams {
                 )
                 .await
                 .map(drop),
-            Streams::Grpc(grpc) => grpc
-                .subscribe(streams::SubscribeRequest {
+            Streams::Grpc(grpc) => grpc_retry!(
+                "Subscribe",
+                grpc.subscribe(streams::SubscribeRequest {
                     queue: queue.into(),
                     consumer: consumer.into(),
                     from_tick: None,
                     cooperative: None,
                 })
-                .await
-                .map(drop)
-                .map_err(|s| grpc_error("Subscribe", s)),
+            )
+            .map(drop),
         }
     }
 
@@ -457,11 +468,8 @@ impl Streams {
                 Ok(answer.count)
             }
             (Streams::Grpc(grpc), Prepared::Grpc(request)) => {
-                let answer = grpc
-                    .append(request)
-                    .await
-                    .map_err(|s| grpc_error("Append", s))?;
-                Ok(usize::try_from(answer.into_inner().count)?)
+                let answer = grpc_retry!("Append", grpc.append(request.clone()))?;
+                Ok(usize::try_from(answer.count)?)
             }
             _ => Err("a batch prepared for the other protocol".into()),
         }
@@ -504,19 +512,19 @@ impl Streams {
                 }))
             }
             Streams::Grpc(grpc) => {
-                let answer = grpc
-                    .receive(streams::ReceiveRequest {
+                let max = i64::try_from(max)?;
+                let answer = grpc_retry!(
+                    "Receive",
+                    grpc.receive(streams::ReceiveRequest {
                         queue: queue.into(),
                         consumer: consumer.into(),
                         member: None,
-                        max: Some(i64::try_from(max)?),
+                        max: Some(max),
                         wait_ms: Some(wait_ms),
                         max_bytes: None,
                     })
-                    .await
-                    .map_err(|s| grpc_error("Receive", s))?;
+                )?;
                 Ok(answer
-                    .into_inner()
                     .batch
                     .filter(|b| !b.batch_id.is_empty())
                     .map(|b| Received {
@@ -537,15 +545,15 @@ impl Streams {
                 )
                 .await
                 .map(drop),
-            Streams::Grpc(grpc) => grpc
-                .ack(streams::AckRequest {
+            Streams::Grpc(grpc) => grpc_retry!(
+                "Ack",
+                grpc.ack(streams::AckRequest {
                     queue: queue.into(),
                     batch_id: batch_id.into(),
                     consumer: Some(consumer.into()),
                 })
-                .await
-                .map(drop)
-                .map_err(|s| grpc_error("Ack", s)),
+            )
+            .map(drop),
         }
     }
 }

@@ -296,3 +296,67 @@ pub fn churn(stats: &[TableStats], per: f64) -> Churn {
         ),
     }
 }
+
+/// A position in the cluster's WAL (`pg_current_wal_lsn()`), with the redo point of the latest
+/// checkpoint when the role may read it (`pg_control_checkpoint()`).
+pub struct WalMark {
+    lsn: String,
+    redo: Option<String>,
+}
+
+/// WAL written between a mark and now.
+pub struct WalWritten {
+    /// Bytes, over the whole cluster.
+    pub bytes: f64,
+    /// Whether a checkpoint began in between, so the bytes include full-page images of the
+    /// first change of each page after it (`None`: the role cannot read the control data).
+    pub checkpoint: Option<bool>,
+}
+
+impl WalMark {
+    /// Marks the current WAL position, read through `url`.
+    pub async fn now(url: &str) -> Result<WalMark> {
+        let mut conn = PgConnection::connect(url).await?;
+        let lsn: String = sqlx::query_scalar("SELECT pg_current_wal_lsn()::text")
+            .fetch_one(&mut conn)
+            .await?;
+        let redo = checkpoint_redo(&mut conn).await;
+        conn.close().await?;
+        Ok(WalMark { lsn, redo })
+    }
+
+    /// The WAL written since the mark (`pg_wal_lsn_diff`), read through `url`.
+    pub async fn written(&self, url: &str) -> Result<WalWritten> {
+        let mut conn = PgConnection::connect(url).await?;
+        let bytes: f64 =
+            sqlx::query_scalar("SELECT pg_wal_lsn_diff(pg_current_wal_lsn(), $1::pg_lsn)::float8")
+                .bind(&self.lsn)
+                .fetch_one(&mut conn)
+                .await?;
+        let redo = checkpoint_redo(&mut conn).await;
+        conn.close().await?;
+        Ok(WalWritten {
+            bytes,
+            checkpoint: self.redo.as_ref().zip(redo).map(|(a, b)| *a != b),
+        })
+    }
+}
+
+impl WalWritten {
+    /// Words for a figure's note about the checkpoint.
+    pub fn checkpoint_note(&self) -> &'static str {
+        match self.checkpoint {
+            Some(true) => "a checkpoint began in the window (full-page images included)",
+            Some(false) => "no checkpoint in the window",
+            None => "checkpoints not readable",
+        }
+    }
+}
+
+/// The redo LSN of the latest checkpoint; `None` when the role may not read the control data.
+async fn checkpoint_redo(conn: &mut PgConnection) -> Option<String> {
+    sqlx::query_scalar("SELECT redo_lsn::text FROM pg_control_checkpoint()")
+        .fetch_one(conn)
+        .await
+        .ok()
+}

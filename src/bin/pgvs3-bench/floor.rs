@@ -10,7 +10,7 @@ use tokio::task::JoinSet;
 
 use crate::clients::job_args;
 use crate::cpu::{CpuTime, micros_per_job};
-use crate::db::{self, Postgres};
+use crate::db::{self, Postgres, WalMark};
 use crate::report::{Figure, Report};
 use crate::{Args, BenchError, Result, percentile};
 
@@ -49,6 +49,9 @@ UPDATE floor_jobs SET state = 'completed', completed_at = now()
 const INSERT_ONE: &str =
     "INSERT INTO floor_jobs (queue, type, args) VALUES ($1, $2, $3) RETURNING id";
 
+/// Jobs per claim of the wide work-off (the server's largest fetch).
+pub const FETCH_WIDE: usize = 100;
+
 /// Runs the floor and adds its figures.
 pub async fn run(pg: &Postgres, args: &Args, report: &mut Report) -> Result<()> {
     crate::progress(format_args!(
@@ -61,36 +64,12 @@ pub async fn run(pg: &Postgres, args: &Args, report: &mut Report) -> Result<()> 
         .await?;
     sqlx::raw_sql(SCHEMA).execute(&pool).await?;
 
-    // Batched enqueue: one multi-row INSERT per batch, from one connection.
-    let batch = args.batch.max(1);
-    let values: Vec<String> = (0..batch)
-        .map(|r| format!("(${}, ${}, ${})", 3 * r + 1, 3 * r + 2, 3 * r + 3))
-        .collect();
-    let insert_batch = format!(
-        "INSERT INTO floor_jobs (queue, type, args) VALUES {} RETURNING id",
-        values.join(", ")
-    );
-    let mut conn = pool.acquire().await?;
+    // WAL from before the enqueue to after the work-off at `--fetch`: the whole cluster's, so
+    // nothing else may run in between (scenarios are sequential).
+    let wal = WalMark::now(&database.url).await?;
     let started = Instant::now();
-    let mut stored = 0;
-    for first in (0..args.jobs).step_by(batch) {
-        let rows = (first + batch).min(args.jobs) - first;
-        let sql = if rows == batch {
-            insert_batch.clone()
-        } else {
-            format!(
-                "INSERT INTO floor_jobs (queue, type, args) VALUES {} RETURNING id",
-                values[..rows].join(", ")
-            )
-        };
-        let mut query = sqlx::query(AssertSqlSafe(sql));
-        for i in first..first + rows {
-            query = query.bind("bench").bind("bench.job").bind(job_args(i));
-        }
-        stored += query.fetch_all(&mut *conn).await?.len();
-    }
+    let stored = enqueue(&pool, args).await?;
     let elapsed = started.elapsed();
-    drop(conn);
     check_count("floor enqueue", stored, args.jobs)?;
     report.add(Figure {
         name: "floor.jobs.enqueue_batch".into(),
@@ -99,75 +78,82 @@ pub async fn run(pg: &Postgres, args: &Args, report: &mut Report) -> Result<()> 
         floor: None,
         target: None,
         note: format!(
-            "{} multi-row INSERTs of {batch}, 1 connection",
-            args.jobs.div_ceil(batch)
+            "{} multi-row INSERTs of {}, 1 connection",
+            args.jobs.div_ceil(args.batch),
+            args.batch
         ),
     });
 
-    // Work-off: claim N, complete N per statement, W connections.
-    let cpu = CpuTime::now();
-    let started = Instant::now();
-    let mut workers = JoinSet::new();
-    for _ in 0..args.workers {
-        let pool = pool.clone();
-        let fetch = i64::try_from(args.fetch)?;
-        workers.spawn(async move {
-            let mut conn = pool.acquire().await?;
-            let mut done = 0usize;
-            loop {
-                let rows = sqlx::query(CLAIM).bind(fetch).fetch_all(&mut *conn).await?;
-                if rows.is_empty() {
-                    return Ok::<usize, BenchError>(done);
-                }
-                let ids = rows
-                    .iter()
-                    .map(|r| r.try_get::<i64, _>("id"))
-                    .collect::<std::result::Result<Vec<_>, _>>()?;
-                let completed = sqlx::query(COMPLETE).bind(&ids).execute(&mut *conn).await?;
-                done += usize::try_from(completed.rows_affected())?;
-            }
-        });
-    }
-    let mut done = 0;
-    while let Some(result) = workers.join_next().await {
-        done += result??;
-    }
-    let elapsed = started.elapsed();
-    let cpu_us = micros_per_job(cpu.since(), done);
-    check_count("floor work-off", done, args.jobs)?;
-    report.add(Figure {
-        name: "floor.jobs.work".into(),
-        value: args.jobs as f64 / elapsed.as_secs_f64(),
-        unit: "jobs/s",
-        floor: None,
-        target: None,
-        note: format!(
-            "{} connections, claim {} + complete {} per statement",
-            args.workers, args.fetch, args.fetch
-        ),
-    });
-    if let Some(us) = cpu_us {
+    // Work-off: claim N, complete N per statement, W connections; at `--fetch`, then at 100 on
+    // the same jobs enqueued again.
+    for (fetch, suffix) in [(args.fetch, ""), (FETCH_WIDE, "_f100")] {
+        if !suffix.is_empty() {
+            let stored = enqueue(&pool, args).await?;
+            check_count("floor enqueue", stored, args.jobs)?;
+        }
+        let cpu = CpuTime::now();
+        let started = Instant::now();
+        let done = work_off(&pool, args.workers, fetch).await?;
+        let elapsed = started.elapsed();
+        let cpu_us = micros_per_job(cpu.since(), done);
+        let written = if suffix.is_empty() {
+            Some(wal.written(&database.url).await?)
+        } else {
+            None
+        };
+        check_count("floor work-off", done, args.jobs)?;
         report.add(Figure {
-            name: "floor.jobs.cpu_us_per_job".into(),
-            value: us,
-            unit: "µs/job",
+            name: format!("floor.jobs.work{suffix}"),
+            value: args.jobs as f64 / elapsed.as_secs_f64(),
+            unit: "jobs/s",
             floor: None,
             target: None,
-            note: "busy CPU of the whole machine (/proc/stat) during the work-off ÷ jobs".into(),
+            note: format!(
+                "{} connections, claim {fetch} + complete {fetch} per statement",
+                args.workers
+            ),
         });
+        if let Some(us) = cpu_us {
+            report.add(Figure {
+                name: format!("floor.jobs.cpu_us_per_job{suffix}"),
+                value: us,
+                unit: "µs/job",
+                floor: None,
+                target: None,
+                note: format!(
+                    "busy CPU of the whole machine (/proc/stat) during the claim-{fetch} work-off ÷ jobs"
+                ),
+            });
+        }
+        if let Some(written) = written {
+            report.add(Figure {
+                name: "floor.jobs.wal_bytes_per_job".into(),
+                value: written.bytes / args.jobs as f64,
+                unit: "B/job",
+                floor: None,
+                target: None,
+                note: format!(
+                    "WAL of the whole cluster (pg_current_wal_lsn) from before the enqueue to after \
+                     the claim-{fetch} work-off ÷ jobs, nothing else running; {}",
+                    written.checkpoint_note()
+                ),
+            });
+        }
     }
     pool.close().await;
     let stats = db::settled_stats(&database).await?;
-    let churn = db::churn(&stats, args.jobs as f64);
+    // Two enqueues and two work-offs (claim `--fetch`, claim 100) of `args.jobs` jobs each.
+    let jobs_done = 2 * args.jobs;
+    let churn = db::churn(&stats, jobs_done as f64);
     report.add(Figure {
         name: "floor.jobs.dead_tuples_per_job".into(),
-        value: churn.updated_or_deleted as f64 / args.jobs as f64,
+        value: churn.updated_or_deleted as f64 / jobs_done as f64,
         unit: "tuples/job",
         floor: None,
         target: None,
         note: format!(
-            "dead versions made by enqueue + work-off (n_dead_tup left {:.2}/job): {}",
-            churn.dead as f64 / args.jobs as f64,
+            "dead versions made by the enqueues + both work-offs (n_dead_tup left {:.2}/job): {}",
+            churn.dead as f64 / jobs_done as f64,
             churn.detail
         ),
     });
@@ -250,6 +236,68 @@ pub async fn run(pg: &Postgres, args: &Args, report: &mut Report) -> Result<()> 
     pool.close().await;
     pg.drop_database(database).await;
     Ok(())
+}
+
+/// Stores jobs `0..args.jobs` with one multi-row INSERT per `args.batch`, from one connection.
+async fn enqueue(pool: &PgPool, args: &Args) -> Result<usize> {
+    let batch = args.batch.max(1);
+    let values: Vec<String> = (0..batch)
+        .map(|r| format!("(${}, ${}, ${})", 3 * r + 1, 3 * r + 2, 3 * r + 3))
+        .collect();
+    let insert = |rows: usize| {
+        format!(
+            "INSERT INTO floor_jobs (queue, type, args) VALUES {} RETURNING id",
+            values[..rows].join(", ")
+        )
+    };
+    let insert_batch = insert(batch);
+    let mut conn = pool.acquire().await?;
+    let mut stored = 0;
+    for first in (0..args.jobs).step_by(batch) {
+        let rows = (first + batch).min(args.jobs) - first;
+        let sql = if rows == batch {
+            insert_batch.clone()
+        } else {
+            insert(rows)
+        };
+        let mut query = sqlx::query(AssertSqlSafe(sql));
+        for i in first..first + rows {
+            query = query.bind("bench").bind("bench.job").bind(job_args(i));
+        }
+        stored += query.fetch_all(&mut *conn).await?.len();
+    }
+    Ok(stored)
+}
+
+/// `workers` connections claim `fetch` and complete them per statement until a claim is empty;
+/// returns the jobs completed.
+async fn work_off(pool: &PgPool, workers: usize, fetch: usize) -> Result<usize> {
+    let mut tasks = JoinSet::new();
+    for _ in 0..workers {
+        let pool = pool.clone();
+        let fetch = i64::try_from(fetch)?;
+        tasks.spawn(async move {
+            let mut conn = pool.acquire().await?;
+            let mut done = 0usize;
+            loop {
+                let rows = sqlx::query(CLAIM).bind(fetch).fetch_all(&mut *conn).await?;
+                if rows.is_empty() {
+                    return Ok::<usize, BenchError>(done);
+                }
+                let ids = rows
+                    .iter()
+                    .map(|r| r.try_get::<i64, _>("id"))
+                    .collect::<std::result::Result<Vec<_>, _>>()?;
+                let completed = sqlx::query(COMPLETE).bind(&ids).execute(&mut *conn).await?;
+                done += usize::try_from(completed.rows_affected())?;
+            }
+        });
+    }
+    let mut done = 0;
+    while let Some(result) = tasks.join_next().await {
+        done += result??;
+    }
+    Ok(done)
 }
 
 /// Pickup latency samples in milliseconds.

@@ -2,7 +2,7 @@
 
 use serde_json::json;
 
-/// What a figure is held against (issue 13's targets).
+/// What a figure is held against (issue 28's targets).
 #[derive(Debug, Clone, Copy)]
 pub enum Target {
     /// The value is at least this.
@@ -95,8 +95,8 @@ impl Report {
                 |t| match t {
                     Target::AtLeast(v) => format!("≥ {} {}", format_value(v), f.unit),
                     Target::AtMost(v) => format!("≤ {} {}", format_value(v), f.unit),
-                    Target::RatioAtLeast(v) => format!("≥ {v}× floor"),
-                    Target::RatioAtMost(v) => format!("≤ {v}× floor"),
+                    Target::RatioAtLeast(v) => format!("≥ {v}× {}", floor_name(f)),
+                    Target::RatioAtMost(v) => format!("≤ {v}× {}", floor_name(f)),
                 },
             );
             let result = match (f.target, self.met(f)) {
@@ -161,6 +161,7 @@ impl Report {
                     "figure": f.name,
                     "value": round4(f.value),
                     "unit": f.unit,
+                    "floor": f.floor,
                     "ratio_to_floor": self.ratio(f).map(round4),
                     "target": target,
                     "met": self.met(f),
@@ -169,6 +170,11 @@ impl Report {
             })
             .collect()
     }
+}
+
+/// The floor a ratio target is against, as the table names it.
+fn floor_name(f: &Figure) -> &str {
+    f.floor.as_deref().unwrap_or("floor")
 }
 
 fn round4(v: f64) -> f64 {
