@@ -116,6 +116,13 @@ BEGIN
     END IF;
     SELECT t.body INTO template FROM s3p.queue_templates t WHERE t.version = latest_version;
 
+    -- A new namespace: one creator at a time (the server-wide quota, session setting
+    -- s3p.max_queues, counts exactly), and that lock before the queue's own: a batch creating
+    -- several queues, in whatever order, then never holds one queue's lock while it waits for
+    -- the creators' lock another creator holds waiting for that queue.
+    IF current_schema_name IS NULL THEN
+        PERFORM pg_advisory_xact_lock(hashtext('s3p.queue_create'));
+    END IF;
     -- Serialise creators of the same queue; re-read what a concurrent creator committed.
     PERFORM pg_advisory_xact_lock(hashtext('s3p.queue:' || queue));
     SELECT q.schema_name, q.template_version INTO current_schema_name, current_version
@@ -125,8 +132,8 @@ BEGIN
     END IF;
 
     IF current_schema_name IS NULL THEN
-        -- A new namespace: the server-wide quota (session setting s3p.max_queues) applies; one
-        -- creator at a time so the count is exact.
+        -- Dropped since the first read: the creators' lock, late (left to the rerun if it
+        -- deadlocks; a drop racing a create is rare).
         PERFORM pg_advisory_xact_lock(hashtext('s3p.queue_create'));
         IF coalesce(nullif(current_setting('s3p.max_queues', true), '')::bigint, 0) > 0
            AND (SELECT count(*) FROM s3p.queues) >= current_setting('s3p.max_queues', true)::bigint THEN

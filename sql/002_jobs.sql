@@ -50,6 +50,12 @@ BEGIN
 END
 $$;
 
+-- The advisory lock id of a unique key (s3p.enqueue_batch takes a batch's in this order).
+CREATE OR REPLACE FUNCTION s3p.unique_key_lock(key text) RETURNS bigint
+LANGUAGE sql IMMUTABLE AS $$
+    SELECT hashtextextended('s3p.unique_key:' || key, 0)
+$$;
+
 -- Settles a unique key for a new job: `free` (the key is now the new job's), `ignore` (answer with
 -- `existing`), `replaced` (the holder was cancelled), or raises duplicate (reject). The key's row
 -- lock makes this strong: concurrent enqueues of one key are serialised.
@@ -171,6 +177,14 @@ BEGIN
       INTO first_pass
       FROM jsonb_array_elements(jobs) WITH ORDINALITY AS e(value, ord);
     IF first_pass.per_job THEN
+        -- The batch's unique keys locked first, in one order for every transaction (the lock
+        -- ids'), so batches naming the same keys in other orders wait instead of deadlocking on
+        -- their key rows. A single enqueue takes its one key in s3p.settle_unique_key.
+        PERFORM pg_advisory_xact_lock(k.lock_id)
+           FROM (SELECT DISTINCT s3p.unique_key_lock(e.value->>'unique_key') AS lock_id
+                   FROM jsonb_array_elements(jobs) AS e(value)
+                  WHERE e.value->>'unique_key' IS NOT NULL
+                  ORDER BY 1) k;
         FOR job IN SELECT value FROM jsonb_array_elements(jobs) WITH ORDINALITY ORDER BY ordinality LOOP
             RETURN QUERY SELECT * FROM s3p.enqueue(job);
         END LOOP;

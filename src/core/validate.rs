@@ -162,9 +162,10 @@ fn instant(field: &str, when: JobTime, now: DateTime<Utc>) -> Result<DateTime<Ut
             .with_detail("field", field.into())
     };
     match when {
-        // Text parses only to years 0000-9999; a typed time (gRPC) must keep to them as well.
-        JobTime::At(t) if !(0..=9999).contains(&t.year()) => {
-            Err(invalid("is out of range (years 0000-9999)"))
+        // Years 1-9999 in UTC: PostgreSQL has no year 0 (an RFC 3339 text with an offset can
+        // still land there), and text parses only to year 9999; a typed time (gRPC) as well.
+        JobTime::At(t) if !(1..=9999).contains(&t.year()) => {
+            Err(invalid("is out of range (years 0001-9999 in UTC)"))
         }
         JobTime::At(t) => Ok(t),
         // Only a typed span (gRPC) can be negative: no +ISO-8601 text says that.

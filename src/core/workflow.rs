@@ -286,6 +286,18 @@ fn prepared(job: &EnqueueJob, now: DateTime<Utc>, what: &str) -> Result<Value, C
 const PRIMITIVES: [&str; 3] = ["chain", "group", "batch"];
 
 fn refuse_nesting(job: &EnqueueJob) -> Result<(), CoreError> {
+    // A job step carrying steps or jobs of its own is the same nesting in another spelling:
+    // storing the job alone would drop them.
+    if let Some(key) = ["steps", "jobs"]
+        .into_iter()
+        .find(|k| job.extra.contains_key(*k))
+    {
+        return Err(CoreError::invalid(format!(
+            "a step with {key:?} of its own is a nested workflow, which pgvs3 does not support: \
+             give every step a job type, or express the shape with depends_on"
+        ))
+        .with_detail("field", key.into()));
+    }
     if PRIMITIVES.contains(&job.job_type.as_str()) {
         return Err(CoreError::invalid(format!(
             "a step of type {:?} is a nested workflow, which pgvs3 does not support: \
@@ -460,13 +472,15 @@ impl Service {
                     continue;
                 }
             };
-            if self
+            // One entry the database refuses must not hold back the others due after it.
+            match self
                 .store
                 .fire_cron(&entry.name, expected, following, &row)
-                .await?
-                .is_some()
+                .await
             {
-                fired += 1;
+                Ok(Some(_)) => fired += 1,
+                Ok(None) => {}
+                Err(error) => tracing::warn!(cron = %entry.name, %error, "cron firing failed"),
             }
         }
         Ok(fired)

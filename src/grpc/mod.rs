@@ -208,7 +208,8 @@ fn client_error(
         tonic::Code::Internal
             if status.message().starts_with("failed to decode")
                 || status.message().starts_with("protocol error")
-                || status.message().starts_with("Unexpected EOF decoding") =>
+                || status.message().starts_with("Unexpected EOF decoding")
+                || status.message().starts_with("Missing request message") =>
         {
             crate::core::CoreError::invalid(format!(
                 "the request message could not be decoded: {}",

@@ -331,6 +331,7 @@ fn workflow_job(job: types::WorkflowJob, what: &str) -> Result<EnqueueJob, CoreE
         args: job.args.unwrap_or_default(),
         meta: job.meta,
         options: job.options,
+        extra: job.extra,
         ..Default::default()
     })
     .map_err(|e| validate::within(what, e))

@@ -29,13 +29,15 @@ fn speaks_v1(version: &str) -> bool {
             .all(|b| b.is_ascii_alphanumeric() || b".-+".contains(&b))
 }
 
-/// `unsupported` when an HTTP request asks for an OJS version other than 1.x.
+/// `unsupported` when an HTTP request asks for an OJS version other than 1.x, or names versions
+/// in several `OJS-Version` headers (one checked, another meant: refused like an unknown one).
 pub fn check_version(request: &Request) -> Result<(), CoreError> {
-    let Some(value) = request.headers().get("ojs-version") else {
+    let mut values = request.headers().get_all("ojs-version").iter();
+    let Some(value) = values.next() else {
         return Ok(());
     };
     let version = value.to_str().unwrap_or("").trim();
-    if speaks_v1(version) {
+    if values.next().is_none() && speaks_v1(version) {
         return Ok(());
     }
     Err(CoreError::new(

@@ -225,6 +225,16 @@ async fn every_1x_ojs_version_is_spoken() {
     )
     .await;
     assert_eq!(status, StatusCode::UNPROCESSABLE_ENTITY, "{body}");
+    // Two versions: the server cannot know which one the client speaks.
+    let (status, _, body) = call(
+        &app,
+        Method::GET,
+        "/ojs/v1/health",
+        &[("ojs-version", "1.0"), ("ojs-version", "2.0")],
+        None,
+    )
+    .await;
+    assert_eq!(status, StatusCode::UNPROCESSABLE_ENTITY, "{body}");
     app.stop().await;
 }
 
@@ -368,7 +378,9 @@ async fn a_grpc_message_that_does_not_decode_is_the_clients_error() {
     // no HealthRequest (field 1 with wire type 7, which does not exist).
     let not_a_frame = b"{}".to_vec();
     let not_a_message = vec![0, 0, 0, 0, 2, 0x0f, 0x01];
-    for body in [not_a_frame, not_a_message] {
+    // And no message at all, which tonic reports as INTERNAL "Missing request message".
+    let no_message = Vec::new();
+    for body in [not_a_frame, not_a_message, no_message] {
         let request = hyper::Request::builder()
             .method("POST")
             .uri(format!("http://{address}/ojs.v1.OJSService/Health"))

@@ -108,3 +108,81 @@ async fn heartbeats_racing_batch_acks_of_the_same_jobs_never_fail() {
     }
     app.stop().await;
 }
+
+/// Eight clients enqueue the same unique jobs (on_conflict ignore), each batch in another order,
+/// at once: the batches take their keys in one order, so every one is stored or answered with
+/// the jobs already there, none fails.
+#[tokio::test]
+async fn unique_batches_of_many_clients_in_other_orders_all_succeed() {
+    let app = common::spawn_app().await;
+    let http = common::http::Http::new(&app);
+    for round in 0..3 {
+        let jobs: Vec<Value> = (0..20)
+            .map(|k| {
+                json!({"type": "u", "args": [round, k], "options": {"queue": "uq4",
+                       "unique": {"keys": ["type", "args"], "on_conflict": "ignore"}}})
+            })
+            .collect();
+        let orders: Vec<Vec<Value>> = (0..8)
+            .map(|c| {
+                let mut order = jobs.clone();
+                order.rotate_left(c * 5 % 20);
+                if c % 2 == 1 {
+                    order.reverse();
+                }
+                order
+            })
+            .collect();
+        let answers = futures_util::future::join_all(
+            orders
+                .into_iter()
+                .map(|order| http.post("/ojs/v1/jobs/batch", json!({ "jobs": order }))),
+        )
+        .await;
+        for (status, body) in answers {
+            assert!(
+                status.is_success(),
+                "round {round}: {status} {}",
+                body.get("error").unwrap_or(&body["count"])
+            );
+        }
+    }
+    let (_, stats) = http.get("/ojs/v1/queues/uq4/stats").await;
+    assert_eq!(
+        stats.pointer("/stats/available").and_then(Value::as_i64),
+        Some(60),
+        "{stats}"
+    );
+    app.stop().await;
+}
+
+/// Clients whose batches each create the same new queues, naming them in other orders: every
+/// batch is stored (queue creation takes the creators' lock before a queue's own).
+#[tokio::test]
+async fn batches_creating_the_same_new_queues_in_other_orders_all_succeed() {
+    let app = common::spawn_app().await;
+    let http = common::http::Http::new(&app);
+    for round in 0..3 {
+        let queues: Vec<String> = (0..3).map(|q| format!("new{round}q{q}")).collect();
+        let batches = (0..6).map(|c| {
+            let mut names = queues.clone();
+            names.rotate_left(c % 3);
+            if c >= 3 {
+                names.reverse();
+            }
+            let jobs: Vec<Value> = names
+                .iter()
+                .map(|q| json!({"type": "p", "args": [c], "options": {"queue": q}}))
+                .collect();
+            http.post("/ojs/v1/jobs/batch", json!({ "jobs": jobs }))
+        });
+        for (status, body) in futures_util::future::join_all(batches).await {
+            assert!(
+                status.is_success(),
+                "round {round}: {status} {}",
+                body.get("error").unwrap_or(&body["count"])
+            );
+        }
+    }
+    app.stop().await;
+}

@@ -167,3 +167,71 @@ async fn a_nested_workflow_is_refused_and_nothing_is_stored() {
     );
     app.stop().await;
 }
+
+/// Times that PostgreSQL cannot store (year 0, also reached from year 1 with an eastern offset)
+/// are the client's error wherever a job takes a time, cron templates included: never a 500,
+/// never a cron entry whose every firing fails.
+#[tokio::test]
+async fn times_in_year_zero_are_invalid_everywhere() {
+    let app = common::spawn_app().await;
+    let http = common::http::Http::new(&app);
+    for time in ["0000-01-01T00:00:00Z", "0001-01-01T00:30:00+14:00"] {
+        for field in ["scheduled_at", "expires_at"] {
+            let options = json!({"queue": "y0", field: time});
+            for (path, body) in [
+                (
+                    "/ojs/v1/jobs",
+                    json!({"type": "t", "args": [], "options": options}),
+                ),
+                (
+                    "/ojs/v1/jobs/batch",
+                    json!({"jobs": [{"type": "t", "args": [], "options": options}]}),
+                ),
+                (
+                    "/ojs/v1/cron",
+                    json!({"name": "y0", "expression": "* * * * *", "type": "t",
+                           "options": options}),
+                ),
+                (
+                    "/ojs/v1/workflows",
+                    json!({"type": "chain", "steps": [{"type": "t", "args": [], "options": options}]}),
+                ),
+            ] {
+                let (status, answer) = http.post(path, body).await;
+                assert_eq!(status, 400, "{path} {field} {time}: {answer}");
+                assert!(
+                    answer["error"]["message"]
+                        .as_str()
+                        .is_some_and(|m| m.contains("out of range")),
+                    "{path} {field} {time}: {answer}"
+                );
+            }
+        }
+    }
+    let (_, crons) = http.get("/ojs/v1/cron").await;
+    assert!(!crons.to_string().contains("\"y0\""), "{crons}");
+    app.stop().await;
+}
+
+/// A job step with steps or jobs of its own (a nested workflow in another spelling) is refused,
+/// not stored without them.
+#[tokio::test]
+async fn a_step_with_steps_of_its_own_is_refused() {
+    let app = common::spawn_app().await;
+    let http = common::http::Http::new(&app);
+    for key in ["steps", "jobs"] {
+        let (status, body) = http
+            .post(
+                "/ojs/v1/workflows",
+                json!({"type": "chain", "name": "n", "steps": [
+                    {"type": "t", "args": [], "options": {"queue": "wfn"},
+                     key: [{"type": "inner", "args": [9]}, {"type": "inner", "args": [9]}]}]}),
+            )
+            .await;
+        assert_eq!(status, 400, "{key}: {body}");
+        assert_eq!(body["error"]["details"]["field"], key, "{body}");
+    }
+    let (_, queues) = http.get("/ojs/v1/queues").await;
+    assert!(!queues.to_string().contains("\"wfn\""), "{queues}");
+    app.stop().await;
+}
