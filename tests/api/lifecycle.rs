@@ -693,6 +693,12 @@ async fn a_queue_whose_maintenance_fails_does_not_stop_the_others() {
     let broken_line = "pgvs3_maintenance_failures_total{step=\"queue\",queue=\"broken\"}";
     let mut metrics = String::new();
     for _ in 0..100 {
+        // A pass already running when the queues were made due may have stepped "broken" just
+        // before its function was dropped and set its next due time after: due again, at once.
+        sqlx::query("UPDATE s3p.queues SET maintain_after = NULL WHERE name = 'broken'")
+            .execute(&mut db)
+            .await
+            .expect("due again");
         metrics = http
             .get(format!("{}/metrics", app.http_url))
             .send()
