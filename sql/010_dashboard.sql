@@ -1,5 +1,5 @@
--- Reads of the dashboard (/ui) that the API has no operation for: a queue's jobs in one state,
--- a job's retained events, and the newest workflows. Each is a bounded page.
+-- Reads of the dashboard (/ui) that the API has no operation for: a queue's jobs in one state
+-- and a job's retained events. Each is a bounded page.
 
 -- Up to `page_size` jobs of a queue in `state` (every state when NULL), newest first, after the
 -- job `after_id` of the previous page when given. No index serves the state filter (one would
@@ -29,21 +29,5 @@ LANGUAGE sql STABLE AS $$
      LIMIT page_size
 $$;
 
--- The newest `page_size` workflows with their progress, newest first, of those whose queues are
--- all in `scope` (s3p.workflow_in_scope).
+-- The workflow list moved to s3p.workflows_list (012_admin_jobs.sql), which the Admin API shares.
 DROP FUNCTION IF EXISTS s3p.workflows_page(int);
-CREATE OR REPLACE FUNCTION s3p.workflows_page(page_size int, scope text[] DEFAULT NULL) RETURNS jsonb
-LANGUAGE sql STABLE AS $$
-    SELECT coalesce(jsonb_agg(w.view ORDER BY w.created_at DESC, w.id), '[]')
-      FROM (SELECT w.id, w.created_at,
-                   jsonb_build_object(
-                       'id', w.id, 'name', w.name, 'type', w.type, 'state', w.state,
-                       'created_at', w.created_at,
-                       'steps_total', (SELECT count(*) FROM s3p.workflow_steps s WHERE s.workflow_id = w.id),
-                       'steps_completed', (SELECT count(*) FROM s3p.workflow_steps s
-                                            WHERE s.workflow_id = w.id AND s.state = 'completed')) AS view
-              FROM s3p.workflows w
-             WHERE s3p.workflow_in_scope(w.id, scope)
-             ORDER BY w.created_at DESC, w.id
-             LIMIT page_size) w
-$$;

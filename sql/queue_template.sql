@@ -17,6 +17,9 @@ CREATE INDEX IF NOT EXISTS jobs_leases ON __SCHEMA__.jobs (lease_expires_at)
 -- Maintenance scans: jobs with a TTL, and terminal jobs by the time they ended.
 CREATE INDEX IF NOT EXISTS jobs_expiring ON __SCHEMA__.jobs (expires_at)
     WHERE expires_at IS NOT NULL;
+-- Admin listings (/ojs/v1/admin/jobs) in creation order, and their since/until ranges; created_at
+-- never changes, so transitions keep their HOT updates.
+CREATE INDEX IF NOT EXISTS jobs_created ON __SCHEMA__.jobs (created_at);
 CREATE INDEX IF NOT EXISTS jobs_terminal ON __SCHEMA__.jobs ((coalesce(completed_at, cancelled_at, created_at)))
     WHERE state IN ('completed', 'cancelled', 'discarded');
 

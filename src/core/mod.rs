@@ -2,6 +2,7 @@
 //! Both the HTTP and the gRPC adapter call these methods and only convert.
 
 pub mod access;
+pub mod admin;
 pub mod browse;
 pub mod cron;
 pub use crate::model::error;

@@ -34,13 +34,18 @@ const MIGRATIONS: &[Migration] = &[
         "worker_heartbeat",
         include_str!("../../sql/011_worker_heartbeat.sql"),
     ),
+    Migration(
+        12,
+        "admin_jobs",
+        include_str!("../../sql/012_admin_jobs.sql"),
+    ),
 ];
 
 /// One migration: version, name, SQL.
 struct Migration(i32, &'static str, &'static str);
 
 /// The queue schema template and its version; bump the version whenever the template changes.
-const QUEUE_TEMPLATE_VERSION: i32 = 18;
+const QUEUE_TEMPLATE_VERSION: i32 = 19;
 const QUEUE_TEMPLATE: &str = concat!(
     include_str!("../../sql/queue_template.sql"),
     include_str!("../../sql/stream_template.sql")

@@ -1,6 +1,7 @@
 //! sqlx → PL/pgSQL: every operation is one SQL function call (`s3p`, or the queue's own
 //! `s3q_<q>` on the grouped hot path); SQLSTATEs become core errors.
 
+mod admin_jobs;
 mod coalesce;
 mod conflicts;
 mod cron;
@@ -820,15 +821,10 @@ impl Store {
             .map_err(map_db_error)
     }
 
-    /// `s3p.workflows_page`: the newest workflows with their progress.
-    #[tracing::instrument(name = "db", skip_all, fields(op = "workflows_page"))]
+    /// The newest workflows with their progress (the first page of `s3p.workflows_list`).
     pub async fn workflows_page(&self, scope: &Scope, limit: i32) -> Result<Value, CoreError> {
-        sqlx::query_scalar("SELECT s3p.workflows_page($1, $2)")
-            .bind(limit)
-            .bind(scope.like_patterns())
-            .fetch_one(&self.pool)
-            .await
-            .map_err(map_db_error)
+        let (items, _) = self.workflows_list(scope, None, 0, limit).await?;
+        Ok(Value::Array(items))
     }
 
     /// `s3p.retry_dead_letter`.
