@@ -304,7 +304,7 @@ async fn jobs_list_filters_sorts_and_pages() {
     );
     assert_eq!(
         http.ids("/ojs/v1/admin/jobs?type=email.send").await,
-        [send.clone()]
+        vec![send.clone()]
     );
     assert_eq!(
         http.ids("/ojs/v1/admin/jobs?type=email").await,
@@ -312,11 +312,11 @@ async fn jobs_list_filters_sorts_and_pages() {
     );
     assert_eq!(
         http.ids("/ojs/v1/admin/jobs?queue=sms").await,
-        [sms.clone()]
+        vec![sms.clone()]
     );
     assert_eq!(
         http.ids("/ojs/v1/admin/jobs?state=scheduled").await,
-        [later.clone()]
+        vec![later.clone()]
     );
     assert_eq!(
         sorted(
@@ -331,7 +331,7 @@ async fn jobs_list_filters_sorts_and_pages() {
         sorted(vec![digest.clone(), sms.clone(), later.clone()])
     );
     let until = format!("/ojs/v1/admin/jobs?until={}", cut.replace('+', "%2B"));
-    assert_eq!(http.ids(&until).await, [send.clone()]);
+    assert_eq!(http.ids(&until).await, vec![send.clone()]);
 
     assert_eq!(
         http.ids("/ojs/v1/admin/jobs?sort=priority&order=asc&queue=mail&state=available")
@@ -341,7 +341,7 @@ async fn jobs_list_filters_sorts_and_pages() {
     assert_eq!(
         http.ids("/ojs/v1/admin/jobs?sort=created_at&order=asc&per_page=1&page=2")
             .await,
-        [digest.clone()]
+        vec![digest.clone()]
     );
     let scheduled_first = http.ids("/ojs/v1/admin/jobs?sort=scheduled_at").await;
     assert_eq!(scheduled_first[0], later);
@@ -734,7 +734,7 @@ async fn dead_letters_list_stats_retry_delete_and_purge() {
     assert_eq!(
         http.ids("/ojs/v1/admin/dead-letter?queue=email&type=email.d*")
             .await,
-        [second.clone()]
+        vec![second.clone()]
     );
     let (status, _) = http.get("/ojs/v1/admin/dead-letter?state=completed").await;
     assert_eq!(status, StatusCode::BAD_REQUEST);
@@ -880,7 +880,10 @@ async fn scopes_hold_on_every_admin_route_and_readers_cannot_write() {
         jobs.contains(&a_job) && !jobs.contains(&b_job) && !jobs.contains(&b_dead),
         "{jobs:?}"
     );
-    assert_eq!(a.ids("/ojs/v1/admin/dead-letter").await, [a_dead.clone()]);
+    assert_eq!(
+        a.ids("/ojs/v1/admin/dead-letter").await,
+        vec![a_dead.clone()]
+    );
     assert_eq!(
         a.get_200("/ojs/v1/admin/dead-letter/stats").await,
         json!({"total": 1, "by_queue": {"qa": 1}})
@@ -1074,7 +1077,7 @@ async fn grpc_admin_service_matches_the_http_routes() {
     let over_http = http.get_200("/ojs/v1/admin/queues").await;
     assert_eq!(queues.queues.len(), 2);
     let email = &queues.queues[0];
-    let counts = email.counts.clone().expect("counts");
+    let counts = email.counts.expect("counts");
     assert_eq!(
         (email.name.as_str(), counts.available, counts.discarded),
         ("email", 2, 1)
@@ -1135,7 +1138,7 @@ async fn grpc_admin_service_matches_the_http_routes() {
             .iter()
             .map(|j| j.id.clone())
             .collect::<Vec<_>>(),
-        [dead.clone()]
+        vec![dead.clone()]
     );
     let job = grpc
         .get_admin_job(ext::GetAdminJobRequest { id: dead.clone() })
