@@ -1,19 +1,8 @@
--- Reads of the dashboard (/ui) that the API has no operation for: a queue's jobs in one state
--- and a job's retained events. Each is a bounded page.
+-- Reads of the dashboard (/ui) that the API has no operation for: a job's retained events, a
+-- bounded page.
 
--- Up to `page_size` jobs of a queue in `state` (every state when NULL), newest first, after the
--- job `after_id` of the previous page when given. No index serves the state filter (one would
--- cost every transition), so a page scans the queue's jobs newest first until it has filled.
-CREATE OR REPLACE FUNCTION s3p.jobs_page(queue text, state text, after_id uuid, page_size int)
-RETURNS SETOF s3p.job
-LANGUAGE plpgsql STABLE AS $$
-BEGIN
-    RETURN QUERY EXECUTE format(
-        'SELECT * FROM %1$I.jobs j WHERE ($1 IS NULL OR j.state = $1) AND ($2 IS NULL OR j.seq < (SELECT p.seq FROM %1$I.jobs p WHERE p.id = $2))
-          ORDER BY j.seq DESC LIMIT $3', s3p.existing_queue_schema(queue))
-        USING state, after_id, page_size;
-END
-$$;
+-- The job list moved to s3p.admin_jobs (012_admin_jobs.sql), which the Admin API shares.
+DROP FUNCTION IF EXISTS s3p.jobs_page(text, text, uuid, int);
 
 -- The retained lifecycle events of one job, oldest first, at most `page_size`. The log has no
 -- job index (the trim and every transition would pay for it): this scans the retained log.

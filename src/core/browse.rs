@@ -4,6 +4,7 @@
 use serde_json::Value;
 
 use super::admin::PageNumber;
+use super::admin::jobs::{FilterInput, ListInput};
 use super::events::Event;
 use super::job::JobState;
 use super::validate::{check_queue_name, parse_job_id};
@@ -40,28 +41,28 @@ fn check_limit(limit: i64) -> Result<i32, CoreError> {
 }
 
 impl Service {
-    /// Up to `limit` jobs of a queue in `state` (all states when `None`), newest first, after
-    /// the job `after` (the last of the previous page).
+    /// Page `page` (from 1) of a queue's jobs in `state` (all states when `None`), `limit` a
+    /// page, newest first, with the total: the Admin API's job listing (`admin_jobs`) of one
+    /// queue, so the dashboard and the API list jobs alike.
     pub async fn list_jobs(
         &self,
         queue: &str,
         state: Option<&str>,
-        after: Option<&str>,
+        page: Option<i64>,
         limit: i64,
-    ) -> Result<Vec<Job>, CoreError> {
+    ) -> Result<CountedPage<Job>, CoreError> {
         check_queue_name(queue)?;
-        if let Some(state) = state
-            && !JOB_STATES.iter().any(|s| s.as_str() == state)
-        {
-            return Err(
-                CoreError::invalid(format!("state {state:?} is not a job state"))
-                    .with_detail("field", "state".into()),
-            );
-        }
-        let after = after.map(parse_job_id).transpose()?;
-        self.store
-            .jobs_page(queue, state, after, check_limit(limit)?)
-            .await
+        let input = ListInput {
+            filter: FilterInput {
+                queue: Some(queue.to_string()),
+                state: state.map(str::to_string),
+                ..FilterInput::default()
+            },
+            page,
+            per_page: Some(limit),
+            ..ListInput::default()
+        };
+        self.admin_jobs(&Scope::all(), &input).await
     }
 
     /// The lifecycle events the log still holds for a job, oldest first.

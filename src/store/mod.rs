@@ -781,26 +781,6 @@ impl Store {
         Ok((jobs(rows)?, total))
     }
 
-    /// `s3p.jobs_page`: a queue's jobs in one state (or all), newest first.
-    #[tracing::instrument(name = "db", skip_all, fields(op = "jobs_page"))]
-    pub async fn jobs_page(
-        &self,
-        queue: &str,
-        state: Option<&str>,
-        after: Option<Uuid>,
-        limit: i32,
-    ) -> Result<Vec<Job>, CoreError> {
-        let rows = sqlx::query_as("SELECT * FROM s3p.jobs_page($1, $2, $3, $4)")
-            .bind(queue)
-            .bind(state)
-            .bind(after)
-            .bind(limit)
-            .fetch_all(&self.pool)
-            .await
-            .map_err(map_db_error)?;
-        jobs(rows)
-    }
-
     /// `s3p.job_events`: the retained events of one job, oldest first.
     #[tracing::instrument(name = "db", skip_all, fields(op = "job_events"))]
     pub async fn job_events(
