@@ -1233,3 +1233,93 @@ async fn grpc_admin_service_matches_the_http_routes() {
     assert_eq!(refused.code(), tonic::Code::InvalidArgument);
     app.stop().await;
 }
+
+/// Malformed admin requests are 400s in the OJS envelope (never a 500), and change nothing.
+#[tokio::test]
+async fn malformed_admin_requests_are_400s() {
+    let app = common::spawn_app().await;
+    let http = Http::of(&app);
+    let job = http.enqueue("email", "email.send", json!({})).await;
+    let cases = [
+        (
+            Method::POST,
+            "/ojs/v1/admin/jobs/bulk/cancel",
+            json!({"confirm": true}),
+        ),
+        (
+            Method::POST,
+            "/ojs/v1/admin/jobs/bulk/cancel",
+            json!({"filter": {"queue": "email"}, "confirm": "yes"}),
+        ),
+        (
+            Method::POST,
+            "/ojs/v1/admin/jobs/bulk/cancel",
+            json!({"filter": {"queue": 7}, "confirm": true}),
+        ),
+        (
+            Method::POST,
+            "/ojs/v1/admin/jobs/bulk/cancel",
+            json!({"filter": {"since": "+20000-01-01T00:00:00Z"}, "confirm": true}),
+        ),
+        (
+            Method::POST,
+            "/ojs/v1/admin/jobs/bulk/cancel",
+            json!({"filter": {"type": "a\u{0}b"}, "confirm": true}),
+        ),
+        (Method::POST, "/ojs/v1/admin/jobs/bulk/cancel", json!([])),
+        (
+            Method::DELETE,
+            "/ojs/v1/admin/queues/email/jobs",
+            json!({"confirm": true}),
+        ),
+        (
+            Method::DELETE,
+            "/ojs/v1/admin/queues/email/jobs",
+            json!({"states": "available", "confirm": true}),
+        ),
+        (Method::PUT, "/ojs/v1/admin/queues/email/config", json!([])),
+        (Method::PUT, "/ojs/v1/admin/queues/email/config", json!({})),
+        (
+            Method::PUT,
+            "/ojs/v1/admin/queues/email/config",
+            json!({"rate_limit": {"limit": -1, "period": "PT1S"}}),
+        ),
+        (
+            Method::PUT,
+            "/ojs/v1/admin/queues/email/config",
+            json!({"rate_limit": {"limit": 5, "period": "P1M"}}),
+        ),
+        (
+            Method::PUT,
+            "/ojs/v1/admin/queues/email/config",
+            json!({"retention": {"completed": "forever"}}),
+        ),
+        (
+            Method::DELETE,
+            "/ojs/v1/admin/dead-letter",
+            json!({"older_than": 5, "confirm": true}),
+        ),
+    ];
+    for (method, path, body) in cases {
+        let (status, answer) = http.send_json(method.clone(), path, body.clone()).await;
+        assert_eq!(
+            status,
+            StatusCode::BAD_REQUEST,
+            "{method} {path} {body}: {answer}"
+        );
+        assert!(
+            !error_code(&answer).is_empty() && error_code(&answer) != "?",
+            "{answer}"
+        );
+    }
+    let (status, body) = http
+        .get("/ojs/v1/admin/jobs?since=%2B20000-01-01T00:00:00Z")
+        .await;
+    assert_eq!(status, StatusCode::BAD_REQUEST, "{body}");
+    let (status, _) = http.get("/ojs/v1/admin/jobs?page=x").await;
+    assert_eq!(status, StatusCode::BAD_REQUEST);
+    assert_eq!(http.state(&job).await, "available");
+    let detail = http.get_200("/ojs/v1/admin/queues/email").await;
+    assert!(detail["configuration"]["rate_limit"].is_null(), "{detail}");
+    app.stop().await;
+}
