@@ -32,13 +32,16 @@ LANGUAGE sql IMMUTABLE AS $$
 $$;
 
 -- ORDER BY text of a listing: `sort` one of created_at, scheduled_at, priority; ties by id.
+-- Only scheduled_at has NULLs (jobs never scheduled), which go last; the others keep the default
+-- NULL order, so a creation-time sort is a forward or backward scan of `jobs_created`.
 CREATE OR REPLACE FUNCTION s3p.admin_job_order(sort text, descending boolean) RETURNS text
 LANGUAGE plpgsql IMMUTABLE AS $$
 BEGIN
     IF sort NOT IN ('created_at', 'scheduled_at', 'priority') THEN
         RAISE EXCEPTION 'sort % is not created_at, scheduled_at or priority', sort USING ERRCODE = 'PV400';
     END IF;
-    RETURN format('%1$I %2$s NULLS LAST, id %2$s', sort, CASE WHEN descending THEN 'DESC' ELSE 'ASC' END);
+    RETURN format('%1$I %2$s%3$s, id %2$s', sort, CASE WHEN descending THEN 'DESC' ELSE 'ASC' END,
+                  CASE WHEN sort = 'scheduled_at' THEN ' NULLS LAST' ELSE '' END);
 END
 $$;
 
