@@ -110,6 +110,7 @@ fn action(text: &str) -> Result<BulkAction, CoreError> {
 pub struct AdminJobs<'a>(pub &'a Service);
 
 impl AdminJobs<'_> {
+    /// `ListAdminQueues`.
     pub async fn list_queues(
         &self,
         request: Request<pb::ListAdminQueuesRequest>,
@@ -130,6 +131,7 @@ impl AdminJobs<'_> {
         )
     }
 
+    /// `GetAdminQueue`.
     pub async fn get_queue(
         &self,
         request: Request<pb::GetAdminQueueRequest>,
@@ -146,6 +148,7 @@ impl AdminJobs<'_> {
         )
     }
 
+    /// `PurgeQueueJobs`.
     pub async fn purge_queue(
         &self,
         request: Request<pb::PurgeQueueJobsRequest>,
@@ -165,6 +168,7 @@ impl AdminJobs<'_> {
         )
     }
 
+    /// `ListAdminJobs`, or `ListAdminDeadLetters` with `dead_letters`.
     pub async fn list_jobs(
         &self,
         request: Request<pb::ListAdminJobsRequest>,
@@ -181,6 +185,7 @@ impl AdminJobs<'_> {
         answer(&id, job_list(result))
     }
 
+    /// `GetAdminJob`.
     pub async fn get_job(
         &self,
         request: Request<pb::GetAdminJobRequest>,
@@ -196,6 +201,7 @@ impl AdminJobs<'_> {
         )
     }
 
+    /// `RetryAdminJob`.
     pub async fn retry_job(
         &self,
         request: Request<pb::RetryAdminJobRequest>,
@@ -214,6 +220,7 @@ impl AdminJobs<'_> {
         )
     }
 
+    /// `BulkJobs`.
     pub async fn bulk(
         &self,
         request: Request<pb::BulkJobsRequest>,

@@ -183,6 +183,7 @@ fn list_input(query: api::AdminListJobsQuery) -> ListInput {
 pub struct AdminRoutes<'a>(pub &'a Service);
 
 impl AdminRoutes<'_> {
+    /// `GET /admin/queues`.
     pub async fn list_queues(
         &self,
         ctx: RequestContext,
@@ -198,6 +199,7 @@ impl AdminRoutes<'_> {
         }))
     }
 
+    /// `GET /admin/queues/{name}`.
     pub async fn get_queue(
         &self,
         ctx: RequestContext,
@@ -208,6 +210,7 @@ impl AdminRoutes<'_> {
         Ok(api::AdminGetQueueResponse::Ok(queue_detail(&detail)))
     }
 
+    /// `POST /admin/queues/{name}/pause` and `/resume`.
     pub async fn set_paused(
         &self,
         ctx: RequestContext,
@@ -219,6 +222,7 @@ impl AdminRoutes<'_> {
         Ok(types::AdminQueuePaused { name, paused })
     }
 
+    /// `DELETE /admin/queues/{name}/jobs`.
     pub async fn purge_queue(
         &self,
         ctx: RequestContext,
@@ -238,6 +242,7 @@ impl AdminRoutes<'_> {
         }))
     }
 
+    /// `PUT /admin/queues/{name}/config`.
     pub async fn set_queue_config(
         &self,
         ctx: RequestContext,
@@ -250,6 +255,7 @@ impl AdminRoutes<'_> {
         Ok(api::AdminSetQueueConfigResponse::Ok(queue_detail(&detail)))
     }
 
+    /// `GET /admin/jobs`.
     pub async fn list_jobs(
         &self,
         ctx: RequestContext,
@@ -259,6 +265,7 @@ impl AdminRoutes<'_> {
         Ok(api::AdminListJobsResponse::Ok(job_list(&page)))
     }
 
+    /// `GET /admin/jobs/{id}`.
     pub async fn get_job(
         &self,
         ctx: RequestContext,
@@ -268,6 +275,7 @@ impl AdminRoutes<'_> {
         Ok(api::AdminGetJobResponse::Ok(job_detail(&job)))
     }
 
+    /// `POST /admin/jobs/{id}/cancel`.
     pub async fn cancel_job(
         &self,
         ctx: RequestContext,
@@ -277,6 +285,7 @@ impl AdminRoutes<'_> {
         Ok(api::AdminCancelJobResponse::Ok(job_detail(&job)))
     }
 
+    /// `POST /admin/jobs/{id}/retry`.
     pub async fn retry_job(
         &self,
         ctx: RequestContext,
@@ -286,6 +295,7 @@ impl AdminRoutes<'_> {
         Ok(api::AdminRetryJobResponse::Ok(job_detail(&job)))
     }
 
+    /// `POST /admin/jobs/bulk/{action}`.
     pub async fn bulk(
         &self,
         ctx: RequestContext,
@@ -299,6 +309,7 @@ impl AdminRoutes<'_> {
         Ok(bulk(outcome))
     }
 
+    /// `GET /admin/dead-letter`.
     pub async fn list_dead_letters(
         &self,
         ctx: RequestContext,
@@ -322,6 +333,7 @@ impl AdminRoutes<'_> {
         Ok(api::AdminListDeadLettersResponse::Ok(job_list(&page)))
     }
 
+    /// `DELETE /admin/dead-letter`.
     pub async fn purge_dead_letters(
         &self,
         ctx: RequestContext,
@@ -342,6 +354,7 @@ impl AdminRoutes<'_> {
         }))
     }
 
+    /// `GET /admin/dead-letter/stats`.
     pub async fn dead_letter_stats(
         &self,
         ctx: RequestContext,
@@ -360,6 +373,7 @@ impl AdminRoutes<'_> {
         ))
     }
 
+    /// `POST /admin/dead-letter/retry`.
     pub async fn retry_dead_letters(
         &self,
         ctx: RequestContext,
@@ -372,6 +386,7 @@ impl AdminRoutes<'_> {
         Ok(api::AdminRetryDeadLettersResponse::Ok(bulk(outcome)))
     }
 
+    /// `POST /admin/dead-letter/{id}/retry`.
     pub async fn retry_dead_letter(
         &self,
         ctx: RequestContext,
@@ -381,6 +396,7 @@ impl AdminRoutes<'_> {
         Ok(api::AdminRetryDeadLetterResponse::Ok(job_detail(&job)))
     }
 
+    /// `DELETE /admin/dead-letter/{id}`.
     pub async fn delete_dead_letter(
         &self,
         ctx: RequestContext,
@@ -393,6 +409,7 @@ impl AdminRoutes<'_> {
         }))
     }
 
+    /// `GET /ojs/v1/workflows`.
     pub async fn list_workflows(
         &self,
         ctx: RequestContext,
