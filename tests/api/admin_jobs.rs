@@ -102,6 +102,16 @@ impl Http {
     }
 }
 
+/// A gRPC request carrying `token`.
+fn authed<T>(token: &str, message: T) -> tonic::Request<T> {
+    let mut request = tonic::Request::new(message);
+    request.metadata_mut().insert(
+        "authorization",
+        format!("Bearer {token}").parse().expect("metadata"),
+    );
+    request
+}
+
 fn sorted(mut ids: Vec<String>) -> Vec<String> {
     ids.sort();
     ids
@@ -856,6 +866,7 @@ async fn scopes_hold_on_every_admin_route_and_readers_cannot_write() {
     let root = create_token(&app.database_url, "root", &["admin"], None);
     let scoped = create_token(&app.database_url, "qa-admin", &["admin"], Some("qa"));
     let reader = create_token(&app.database_url, "reader", &["reader"], None);
+    let (scoped_token, reader_token) = (scoped.clone(), reader.clone());
     let root = Http::bearer(&app, &root);
     let a = Http::bearer(&app, &scoped);
     let reader = Http::bearer(&app, &reader);
@@ -1055,6 +1066,84 @@ async fn scopes_hold_on_every_admin_route_and_readers_cannot_write() {
     assert_eq!(status, StatusCode::FORBIDDEN);
     assert_eq!(root.state(&b_job).await, "available");
     assert_eq!(root.state(&b_dead).await, "discarded");
+
+    // The same over gRPC.
+    let mut grpc = common::grpc::admin(&app.grpc_url).await;
+    let queues = grpc
+        .list_admin_queues(authed(
+            &scoped_token,
+            ext::ListAdminQueuesRequest { page: None },
+        ))
+        .await
+        .expect("queues")
+        .into_inner();
+    assert_eq!(
+        queues
+            .queues
+            .iter()
+            .map(|q| q.name.as_str())
+            .collect::<Vec<_>>(),
+        ["qa"]
+    );
+    let listed = grpc
+        .list_admin_jobs(authed(
+            &scoped_token,
+            ext::ListAdminJobsRequest {
+                filter: None,
+                sort: String::new(),
+                order: String::new(),
+                page: None,
+            },
+        ))
+        .await
+        .expect("jobs")
+        .into_inner();
+    assert!(listed.jobs.iter().all(|j| j.queue == "qa") && !listed.jobs.is_empty());
+    let hidden = grpc
+        .get_admin_job(authed(
+            &scoped_token,
+            ext::GetAdminJobRequest { id: b_job.clone() },
+        ))
+        .await
+        .expect_err("qb's job");
+    assert_eq!(hidden.code(), tonic::Code::NotFound);
+    let named = ext::AdminJobFilter {
+        queue: "qb".into(),
+        ..Default::default()
+    };
+    let refused = grpc
+        .bulk_jobs(authed(
+            &scoped_token,
+            ext::BulkJobsRequest {
+                action: "cancel".into(),
+                filter: Some(named),
+                confirm: true,
+            },
+        ))
+        .await
+        .expect_err("qb named");
+    assert_eq!(refused.code(), tonic::Code::PermissionDenied);
+    let refused = grpc
+        .get_admin_queue(authed(
+            &scoped_token,
+            ext::GetAdminQueueRequest { queue: "qb".into() },
+        ))
+        .await
+        .expect_err("qb named");
+    assert_eq!(refused.code(), tonic::Code::PermissionDenied);
+    let refused = grpc
+        .bulk_jobs(authed(
+            &reader_token,
+            ext::BulkJobsRequest {
+                action: "cancel".into(),
+                filter: None,
+                confirm: true,
+            },
+        ))
+        .await
+        .expect_err("a reader");
+    assert_eq!(refused.code(), tonic::Code::PermissionDenied);
+    assert_eq!(root.state(&b_job).await, "available");
     app.stop().await;
 }
 
