@@ -528,11 +528,11 @@ impl Store {
         jobs(rows)
     }
 
-    /// The queues of the jobs among `ids` that exist (from `s3p.job_index`): what a scoped
-    /// token's by-id operation is checked against.
+    /// The queues of the jobs among `ids` that exist (`s3p.job_queues`): what a scoped token's
+    /// by-id operation is checked against.
     #[tracing::instrument(name = "db", skip_all, fields(op = "job_queues"))]
     pub async fn job_queues(&self, ids: &[Uuid]) -> Result<Vec<(Uuid, String)>, CoreError> {
-        sqlx::query_as("SELECT id, queue FROM s3p.job_index WHERE id = ANY ($1)")
+        sqlx::query_as("SELECT id, queue FROM s3p.job_queues($1)")
             .bind(ids)
             .fetch_all(&self.pool)
             .await

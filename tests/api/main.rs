@@ -27,6 +27,7 @@ mod event_rows;
 mod events_sse;
 mod gateways;
 mod grpc_boundaries;
+mod job_ids;
 mod layering;
 mod lifecycle;
 mod lock_conflicts;
