@@ -180,6 +180,7 @@ BEGIN
             )
             SELECT coalesce(array_agg(id), '{}') FROM gone $f$, queue_schema)
             INTO done USING ids, allowed;
+        -- Only ids clients gave have index rows.
         DELETE FROM s3p.job_index i WHERE i.id = ANY (done);
     ELSE
         RAISE EXCEPTION 'bulk action % is not retry, cancel or delete', action USING ERRCODE = 'PV400';
@@ -261,9 +262,10 @@ BEGIN
                  FOR UPDATE SKIP LOCKED)
             RETURNING id
         ), unindexed AS (
-            DELETE FROM s3p.job_index i USING gone WHERE i.id = gone.id RETURNING 1
+            -- Only ids clients gave have index rows.
+            DELETE FROM s3p.job_index i USING gone WHERE i.id = gone.id
         )
-        SELECT count(*) FROM unindexed $f$, own_schema)
+        SELECT count(*) FROM gone $f$, own_schema)
         INTO removed USING states, older_than, batch;
     RETURN removed;
 END
