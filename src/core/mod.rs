@@ -227,7 +227,11 @@ impl Service {
     /// Probes the database.
     pub async fn health(&self) -> Health {
         let started = Instant::now();
-        let probe = self.store.ping().await;
+        // Following several hosts, the follower knows at once when none fits (a failover).
+        let probe = match self.store.host_problem() {
+            Some(problem) => Err(CoreError::new(ErrorKind::Unavailable, problem)),
+            None => self.store.ping().await,
+        };
         Health {
             database_ok: probe.is_ok(),
             database_latency: started.elapsed(),

@@ -23,6 +23,7 @@ mod dashboard;
 mod database_tls;
 mod event_mirror;
 mod event_rows;
+mod failover;
 mod events_sse;
 mod gateways;
 mod grpc_boundaries;
