@@ -227,11 +227,7 @@ impl Service {
     /// Probes the database.
     pub async fn health(&self) -> Health {
         let started = Instant::now();
-        // Following several hosts, the follower knows at once when none fits (a failover).
-        let probe = match self.store.host_problem() {
-            Some(problem) => Err(CoreError::new(ErrorKind::Unavailable, problem)),
-            None => self.store.ping().await,
-        };
+        let probe = self.store.health_ping().await;
         Health {
             database_ok: probe.is_ok(),
             database_latency: started.elapsed(),

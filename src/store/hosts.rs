@@ -254,10 +254,7 @@ impl Follower {
     }
 
     /// Connects the pool to the host that fits and starts the watcher that moves it.
-    pub async fn connect(
-        self: &Arc<Follower>,
-        pool: PgPoolOptions,
-    ) -> Result<PgPool, sqlx::Error> {
+    pub async fn connect(self: &Arc<Follower>, pool: PgPoolOptions) -> Result<PgPool, sqlx::Error> {
         let host = self
             .locate_at_start()
             .await
@@ -296,7 +293,12 @@ impl Follower {
 
     /// Stops the watcher.
     pub fn stop(&self) {
-        if let Some(watcher) = self.watcher.lock().unwrap_or_else(|e| e.into_inner()).take() {
+        if let Some(watcher) = self
+            .watcher
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .take()
+        {
             watcher.abort();
         }
     }
@@ -400,9 +402,11 @@ mod tests {
     fn one_host_without_attributes_selects_nothing() {
         let hosts = Hosts::parse("postgres://u@localhost:5432/db").expect("parses");
         assert!(!hosts.selects());
-        assert!(Hosts::parse("postgres://u@localhost/db?target_session_attrs=any")
-            .expect("parses")
-            .selects());
+        assert!(
+            Hosts::parse("postgres://u@localhost/db?target_session_attrs=any")
+                .expect("parses")
+                .selects()
+        );
         assert!(Hosts::parse("not a url").is_err());
         assert!(Hosts::parse("postgres://u@a:notaport,b/db").is_err());
     }

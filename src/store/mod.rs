@@ -382,9 +382,13 @@ impl Store {
                 // Each queue has its own prepared statements (claim, ack) on every connection.
                 .statement_cache_capacity(1024)
         };
+        // While a failover is under way a request waits for a connection this long, then gets
+        // 503; with several hosts, shorter: the pool retries a refused host with a backoff of up
+        // to a fifth of it, which delays requests once the new primary is there.
+        let wait = if selects { 5 } else { 10 };
         let pool_options = PgPoolOptions::new()
             .max_connections(max_connections)
-            .acquire_timeout(Duration::from_secs(10));
+            .acquire_timeout(Duration::from_secs(wait));
         let (pool, follower) = if selects {
             let want = if read_only {
                 hosts::Want::PreferStandby
@@ -392,10 +396,7 @@ impl Store {
                 hosts::Want::ReadWrite
             };
             let follower = hosts::Follower::new(hosts, want, session);
-            let pool = follower
-                .connect(pool_options)
-                .await
-                .map_err(map_db_error)?;
+            let pool = follower.connect(pool_options).await.map_err(map_db_error)?;
             (pool, Some(follower))
         } else {
             let options = hosts
@@ -524,6 +525,24 @@ impl Store {
                 follower.host()
             )
         })
+    }
+
+    /// A round trip bounded for health checks: following several hosts, a ping that waits for a
+    /// host (a failover) answers after 2 s instead of the pool's wait.
+    pub async fn health_ping(&self) -> Result<(), CoreError> {
+        if let Some(problem) = self.host_problem() {
+            return Err(CoreError::new(ErrorKind::Unavailable, problem));
+        }
+        if self.follower.is_none() {
+            return self.ping().await;
+        }
+        match tokio::time::timeout(Duration::from_secs(2), self.ping()).await {
+            Ok(answer) => answer,
+            Err(_) => Err(CoreError::new(
+                ErrorKind::Unavailable,
+                "the database did not answer within 2 s; a failover may be under way",
+            )),
+        }
     }
 
     /// The database host in use, as `host:port`, when the URL names several.

@@ -117,7 +117,11 @@ impl HaCluster {
         };
         if as_root {
             traversable(&dir);
-            cluster.run(Command::new("chown").args(["-R", "postgres:postgres"]).arg(&dir));
+            cluster.run(
+                Command::new("chown")
+                    .args(["-R", "postgres:postgres"])
+                    .arg(&dir),
+            );
         }
 
         // The monitor, its failure detection shortened (defaults: a node is unhealthy after 20 s,
@@ -136,10 +140,15 @@ impl HaCluster {
             "pg_autoctl create monitor: {}",
             String::from_utf8_lossy(&create.stderr)
         );
-        cluster.monitor = Some(cluster.spawn_logged(
-            cluster.autoctl().args(["run", "--pgdata"]).arg(&monitor_data),
-            "monitor.log",
-        ));
+        cluster.monitor = Some(
+            cluster.spawn_logged(
+                cluster
+                    .autoctl()
+                    .args(["run", "--pgdata"])
+                    .arg(&monitor_data),
+                "monitor.log",
+            ),
+        );
         let monitor_url = format!(
             "postgres://autoctl_node@127.0.0.1:{}/pg_auto_failover?sslmode=disable",
             cluster.monitor_port
@@ -194,22 +203,30 @@ impl HaCluster {
                 keeper: Some(keeper),
             });
             if number == 1 {
-                cluster.wait_state(&mut monitor, &[("node1", "single")]).await;
+                cluster
+                    .wait_state(&mut monitor, &[("node1", "single")])
+                    .await;
                 // pg_basebackup waits for a spread checkpoint (minutes at the defaults): make it
                 // quick. The copy of these settings goes to the standby too.
                 let mut node = connect_within(&cluster.node_url(0), Duration::from_secs(60)).await;
-                sqlx::raw_sql(
-                    "ALTER SYSTEM SET checkpoint_completion_target = 0;
-                     ALTER SYSTEM SET fsync = off;
-                     SELECT pg_reload_conf();",
-                )
-                .execute(&mut node)
-                .await
-                .expect("settings of node 1");
+                // One statement each: ALTER SYSTEM refuses to run in a transaction block.
+                for statement in [
+                    "ALTER SYSTEM SET checkpoint_completion_target = 0",
+                    "ALTER SYSTEM SET fsync = off",
+                    "SELECT pg_reload_conf()",
+                ] {
+                    sqlx::raw_sql(sqlx::AssertSqlSafe(statement))
+                        .execute(&mut node)
+                        .await
+                        .expect("settings of node 1");
+                }
             }
         }
         cluster
-            .wait_state(&mut monitor, &[("node1", "primary"), ("node2", "secondary")])
+            .wait_state(
+                &mut monitor,
+                &[("node1", "primary"), ("node2", "secondary")],
+            )
             .await;
         if replication == Replication::Asynchronous {
             let set = cluster
@@ -460,7 +477,10 @@ async fn connect_within(url: &str, within: Duration) -> PgConnection {
         match PgConnection::connect(url).await {
             Ok(conn) => return conn,
             Err(error) => {
-                assert!(Instant::now() < deadline, "cannot connect to {url}: {error}");
+                assert!(
+                    Instant::now() < deadline,
+                    "cannot connect to {url}: {error}"
+                );
                 tokio::time::sleep(Duration::from_millis(200)).await;
             }
         }
