@@ -338,6 +338,30 @@ async fn run(replication: Replication) -> Option<(Figures, HaCluster, [RunningSe
     .await;
     assert!(flowing, "work does not flow before the kill");
     let primary = cluster.writable().await.expect("a primary before the kill");
+    // Asynchronously, what is lost is what the standby had not received: hold the primary's WAL
+    // sender while 40 more enqueues are answered (a lag of that much work), then kill it.
+    if replication == Replication::Asynchronous {
+        let counts = || {
+            (
+                Seen::lock(&seen.enqueued).len(),
+                Seen::lock(&seen.acked).len(),
+                Seen::lock(&seen.appended).len(),
+            )
+        };
+        let before = counts();
+        let held_at = Instant::now();
+        cluster.stop_replication(primary).await;
+        within(Duration::from_secs(60), || counts().0 >= before.0 + 40).await;
+        let after = counts();
+        let window = (after.0 - before.0, after.1 - before.1, after.2 - before.2);
+        eprintln!(
+            "failover: standby held {:.2} s: {} enqueues, {} acks, {} appends answered 2xx meanwhile",
+            held_at.elapsed().as_secs_f64(),
+            window.0,
+            window.1,
+            window.2
+        );
+    }
     *Seen::lock(&seen.killed_at) = Some(Instant::now());
     let killed_at = Instant::now();
     cluster.kill(primary);

@@ -401,6 +401,25 @@ impl HaCluster {
         }
     }
 
+    /// Stops the WAL sender on `primary` (SIGSTOP): from now on the standby receives nothing,
+    /// as a standby lagging behind. (Stopping the standby's receiver instead would not do: the
+    /// WAL already sent waits in its socket buffer and is read after the primary is gone.) The
+    /// sender dies with the primary's process group.
+    pub async fn stop_replication(&self, primary: usize) {
+        let mut conn = connect_within(&self.node_url(primary), Duration::from_secs(10)).await;
+        let pids: Vec<i32> = sqlx::query_scalar("SELECT pid FROM pg_stat_replication")
+            .fetch_all(&mut conn)
+            .await
+            .expect("the primary's WAL senders");
+        assert!(!pids.is_empty(), "the primary has no WAL sender");
+        for pid in pids {
+            // SAFETY: a pid PostgreSQL just named; SIGSTOP only pauses it.
+            unsafe {
+                libc::kill(pid, libc::SIGSTOP);
+            }
+        }
+    }
+
     /// The last lines of every log, for failure messages.
     pub fn logs(&self) -> String {
         let mut text = String::new();
