@@ -454,15 +454,23 @@ impl Store {
             return Ok(());
         }
         let (names, dues): (Vec<String>, Vec<DateTime<Utc>>) = marks.into_iter().unzip();
-        self.retry_conflicts(|| {
-            sqlx::query("SELECT s3p.mark_queues_due($1, $2)")
-                .bind(&names)
-                .bind(&dues)
-                .execute(&self.pool)
-        })
-        .await
-        .map(|_| ())
-        .map_err(map_db_error)
+        let flushed = self
+            .retry_conflicts(|| {
+                sqlx::query("SELECT s3p.mark_queues_due($1, $2)")
+                    .bind(&names)
+                    .bind(&dues)
+                    .execute(&self.pool)
+            })
+            .await;
+        if let Err(error) = flushed {
+            // The database was away (a restart, a failover): keep the marks for the next pass,
+            // else a lease that ends meanwhile waits for the slow look at every queue.
+            for (queue, at) in names.iter().zip(dues) {
+                self.mark_due(queue, at);
+            }
+            return Err(map_db_error(error));
+        }
+        Ok(())
     }
 
     /// Runs a one-statement operation, again when PostgreSQL aborted it to break a deadlock or a
