@@ -471,6 +471,40 @@ async fn run(replication: Replication) -> Option<(Figures, HaCluster, [RunningSe
     assert_eq!(status, StatusCode::FORBIDDEN, "{body}");
     reader_gateway.shutdown().await;
 
+    // Long polls are woken through the new primary's LISTEN: a fetch waiting on one gateway gets
+    // a job enqueued through the other at once, not at the end of its 2 s wait.
+    let fetch_url = format!("{}/ojs/v1/workers/fetch", bases[1]);
+    let waiting = {
+        let client = client.clone();
+        tokio::spawn(async move {
+            let answer = client
+                .post(fetch_url)
+                .header("content-type", "application/json")
+                .body(json!({"queues": ["ha.wake"], "wait_ms": 2000}).to_string())
+                .send()
+                .await
+                .expect("a long poll");
+            let body: Value = answer.json().await.expect("fetch answer");
+            (Instant::now(), body)
+        })
+    };
+    // Time for the fetch to start waiting (enqueued earlier, it would just find the job).
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    let enqueued_at = Instant::now();
+    let wake = json!({"type": "ha.wake", "args": [], "options": {"queue": "ha.wake"}});
+    assert!(
+        call(&seen, &client, &bases[0], "/ojs/v1/jobs", wake)
+            .await
+            .is_some()
+    );
+    let (answered_at, body) = waiting.await.expect("the long poll");
+    assert_eq!(body["jobs"].as_array().map(Vec::len), Some(1), "{body}");
+    let woken_after = answered_at - enqueued_at;
+    assert!(
+        woken_after < Duration::from_millis(1200),
+        "the waiting fetch answered {woken_after:?} after the enqueue: not woken by NOTIFY"
+    );
+
     // The outage: the longest time without a successful request, from the kill on.
     let mut times: Vec<Instant> = Seen::lock(&seen.successes)
         .iter()
