@@ -480,7 +480,7 @@ async fn run(replication: Replication) -> Option<(Figures, HaCluster, [RunningSe
             let answer = client
                 .post(fetch_url)
                 .header("content-type", "application/json")
-                .body(json!({"queues": ["ha.wake"], "wait_ms": 2000}).to_string())
+                .body(json!({"queues": [JOBS], "wait_ms": 2000}).to_string())
                 .send()
                 .await
                 .expect("a long poll");
@@ -491,14 +491,19 @@ async fn run(replication: Replication) -> Option<(Figures, HaCluster, [RunningSe
     // Time for the fetch to start waiting (enqueued earlier, it would just find the job).
     tokio::time::sleep(Duration::from_millis(300)).await;
     let enqueued_at = Instant::now();
-    let wake = json!({"type": "ha.wake", "args": [], "options": {"queue": "ha.wake"}});
+    // The jobs queue: it exists (a fetch from a queue that does not answers at once), and the
+    // workers have stopped.
+    let wake = json!({"type": "ha.wake", "args": [], "options": {"queue": JOBS}});
     assert!(
         call(&seen, &client, &bases[0], "/ojs/v1/jobs", wake)
             .await
             .is_some()
     );
     let (answered_at, body) = waiting.await.expect("the long poll");
-    assert_eq!(body["jobs"].as_array().map(Vec::len), Some(1), "{body}");
+    assert!(
+        body["jobs"].as_array().is_some_and(|jobs| !jobs.is_empty()),
+        "{body}"
+    );
     let woken_after = answered_at - enqueued_at;
     assert!(
         woken_after < Duration::from_millis(1200),
