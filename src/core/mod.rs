@@ -228,7 +228,7 @@ impl Service {
     /// Probes the database.
     pub async fn health(&self) -> Health {
         let started = Instant::now();
-        let probe = self.store.ping().await;
+        let probe = self.store.health_ping().await;
         Health {
             database_ok: probe.is_ok(),
             database_latency: started.elapsed(),

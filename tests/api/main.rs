@@ -25,6 +25,7 @@ mod database_tls;
 mod event_mirror;
 mod event_rows;
 mod events_sse;
+mod failover;
 mod gateways;
 mod grpc_boundaries;
 mod job_ids;
