@@ -320,9 +320,17 @@ fn generate_types(spec: &Value) -> BuildResult<TokenStream> {
         } else {
             quote!()
         };
+        // `additionalProperties: false`: a field the schema does not name is refused (400), not
+        // dropped, where dropping it would widen what the request acts on.
+        let closed = if schema.get("additionalProperties") == Some(&Value::Bool(false)) {
+            quote! { #[serde(deny_unknown_fields)] }
+        } else {
+            quote!()
+        };
         structs.push(quote! {
             #description
             #[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+            #closed
             pub struct #type_name {
                 #(#fields)*
                 #extra

@@ -218,7 +218,7 @@ impl AdminRoutes<'_> {
         paused: bool,
     ) -> Result<types::AdminQueuePaused, ApiError> {
         ctx.admit([name.as_str()])?;
-        let paused = self.0.set_paused(&name, paused).await?;
+        let paused = self.0.admin_set_paused(&name, paused).await?;
         Ok(types::AdminQueuePaused { name, paused })
     }
 

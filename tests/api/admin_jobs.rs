@@ -1412,3 +1412,72 @@ async fn malformed_admin_requests_are_400s() {
     assert!(detail["configuration"]["rate_limit"].is_null(), "{detail}");
     app.stop().await;
 }
+
+#[tokio::test]
+async fn a_field_the_admin_api_does_not_know_is_refused_not_dropped() {
+    let app = common::spawn_app().await;
+    let http = Http::of(&app);
+    let keep = http.enqueue("typo", "keep.me", json!({})).await;
+    let drop = http.enqueue("typo", "drop.me", json!({})).await;
+    // Misspelled or unsupported keys would have widened the match to every job of the queue.
+    let cases = [
+        (
+            Method::POST,
+            "/ojs/v1/admin/jobs/bulk/cancel",
+            json!({"filter": {"queue": "typo", "job_type": "drop.me"}, "confirm": true}),
+        ),
+        (
+            Method::POST,
+            "/ojs/v1/admin/jobs/bulk/delete",
+            json!({"filter": {"queue": "typo", "types": ["drop.me"]}, "confirm": true}),
+        ),
+        (
+            Method::POST,
+            "/ojs/v1/admin/jobs/bulk/retry",
+            json!({"filter": {"queue": "typo"}, "confirm": true, "limit": 1}),
+        ),
+        (
+            Method::DELETE,
+            "/ojs/v1/admin/queues/typo/jobs",
+            json!({"states": ["available"], "type": "drop.me", "confirm": true}),
+        ),
+        (
+            Method::DELETE,
+            "/ojs/v1/admin/dead-letter",
+            json!({"queue": "typo", "type": "drop.me", "confirm": true}),
+        ),
+    ];
+    for (method, path, body) in cases {
+        let (status, answer) = http.send_json(method.clone(), path, body.clone()).await;
+        assert_eq!(
+            status,
+            StatusCode::BAD_REQUEST,
+            "{method} {path} {body}: {answer}"
+        );
+    }
+    assert_eq!(http.state(&keep).await, "available");
+    assert_eq!(http.state(&drop).await, "available");
+
+    // Pausing a queue that does not exist through the Admin API does not create it.
+    let (status, answer) = http
+        .send_json(
+            Method::POST,
+            "/ojs/v1/admin/queues/never-made/pause",
+            json!({}),
+        )
+        .await;
+    assert_eq!(status, StatusCode::NOT_FOUND, "{answer}");
+    let (status, _) = http.get("/ojs/v1/admin/queues/never-made").await;
+    assert_eq!(status, StatusCode::NOT_FOUND);
+
+    // A rate that would freeze the queue is refused (pause it instead).
+    let (status, answer) = http
+        .send_json(
+            Method::PUT,
+            "/ojs/v1/admin/queues/typo/config",
+            json!({"rate_limit": {"limit": 1e-300, "period": "PT1S"}}),
+        )
+        .await;
+    assert_eq!(status, StatusCode::BAD_REQUEST, "{answer}");
+    app.stop().await;
+}

@@ -97,6 +97,13 @@ impl Service {
         })
     }
 
+    /// Pauses or resumes a queue that exists: through the Admin API an unknown queue is
+    /// `not_found`, where the OJS queue routes create it.
+    pub async fn admin_set_paused(&self, queue: &str, paused: bool) -> Result<bool, CoreError> {
+        self.queue_stats(queue).await?;
+        self.set_paused(queue, paused).await
+    }
+
     /// Deletes a queue's jobs in `states` (never active ones: their workers hold leases; cancel
     /// them first), those that ended before `older_than` when given; needs `confirm: true`.
     /// Returns how many.
@@ -216,8 +223,15 @@ fn rate_per_second(value: &Value) -> Result<Value, CoreError> {
             .ok_or_else(bad)?,
     };
     let per_second = limit * 1000.0 / period_ms as f64;
-    if !(per_second.is_finite() && per_second > 0.0 && per_second <= 1e9) {
-        return Err(bad());
+    // Below one claim a day a queue is frozen, not limited: pause it instead.
+    if !(per_second.is_finite() && per_second >= 1.0 / 86_400.0 && per_second <= 1e9) {
+        return Err(invalid(
+            "rate_limit",
+            format!(
+                "rate_limit of {per_second} claims per second is out of range: between one a day \
+                 and 1e9 a second (to stop a queue, pause it)"
+            ),
+        ));
     }
     Ok(json!(per_second))
 }
