@@ -310,11 +310,14 @@ async fn standby_gateway_serves_reads_and_refuses_writes_while_the_primary_write
         .iter()
         .filter(|op| op.read_only && op.method == "GET")
     {
-        let path = op
-            .path
-            .split('/')
-            .map(|segment| match segment {
+        // A queue's segment (`{q}`, or `{name}` after `queues`) names the replicated queue.
+        let segments: Vec<&str> = op.path.split('/').collect();
+        let path = segments
+            .iter()
+            .enumerate()
+            .map(|(i, segment)| match *segment {
                 "{q}" => "replicated",
+                "{name}" if i > 0 && segments[i - 1] == "queues" => "replicated",
                 s if s.starts_with('{') => id.as_str(),
                 s => s,
             })
