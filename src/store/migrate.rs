@@ -34,6 +34,11 @@ const MIGRATIONS: &[Migration] = &[
         "worker_heartbeat",
         include_str!("../../sql/011_worker_heartbeat.sql"),
     ),
+    Migration(
+        13,
+        "admin_workers",
+        include_str!("../../sql/013_admin_workers.sql"),
+    ),
 ];
 
 /// One migration: version, name, SQL.
