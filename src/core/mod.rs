@@ -2,6 +2,7 @@
 //! Both the HTTP and the gRPC adapter call these methods and only convert.
 
 pub mod access;
+pub mod admin_system;
 pub mod browse;
 pub mod cron;
 pub use crate::model::error;
@@ -119,6 +120,7 @@ pub struct Service {
     totals: MaintenanceTotals,
     open_streams: std::sync::Arc<std::sync::atomic::AtomicUsize>,
     timings: timings::JobTimings,
+    admin: admin_system::AdminState,
 }
 
 /// One open long-lived stream, counted against `max_streams` until dropped.
@@ -157,6 +159,7 @@ impl Service {
             totals: MaintenanceTotals::default(),
             open_streams: Default::default(),
             timings: Default::default(),
+            admin: Default::default(),
         }
     }
 
@@ -214,6 +217,8 @@ impl Service {
                 "long-poll-fetch",
                 "streams",
                 "queue-namespaces",
+                // The OJS Admin API (spec/ojs-admin-api.md) under /ojs/v1/admin/.
+                "urn:ojs:ext:admin-api",
             ],
             limits: json!({
                 "max_body_bytes": self.settings.max_body_bytes,
@@ -384,6 +389,17 @@ impl Service {
             .with_detail("field", "wait_ms".into()));
         }
         let deadline = tokio::time::Instant::now() + Duration::from_millis(wait_ms as u64);
+        if let Some(worker) = &request.worker_id {
+            self.admin.note(worker, &request.queues, false);
+        }
+        // Maintenance mode: no job leaves; a long poll waits out its time (no busy loop).
+        if self.admin.in_maintenance() {
+            if let Some(release) = before_wait.take() {
+                release();
+            }
+            tokio::time::sleep_until(deadline).await;
+            return Ok(Vec::new());
+        }
         // Subscribe before the first claim so an enqueue between claim and wait is not missed.
         let mut wakeups = self.store.signals().subscribe();
         loop {
@@ -567,6 +583,14 @@ impl Service {
             request.visibility_timeout_ms,
             |ms| CoreError::invalid(format!("visibility_timeout_ms must be positive, not {ms}")),
         )?;
+        validate::check_text("worker_id", &request.worker_id)?;
+        self.admin.note(&request.worker_id, &[], true);
+        // Asked through the Admin API to be quiet: the answer says so, whatever the jobs say.
+        let floor = if self.admin.is_quiet(&request.worker_id) {
+            WorkerDirective::Quiet
+        } else {
+            WorkerDirective::Running
+        };
         // A heartbeat naming no job speaks for every job the worker holds.
         let extended = if ids.is_empty() {
             if token.is_some() {
@@ -587,7 +611,7 @@ impl Service {
             }
             if ids.is_empty() {
                 return Ok(HeartbeatOutcome {
-                    directive: WorkerDirective::Running,
+                    directive: floor,
                     extended: Vec::new(),
                 });
             }
@@ -623,7 +647,8 @@ impl Service {
                 _ => WorkerDirective::Running,
             })
             .max()
-            .unwrap_or(WorkerDirective::Running);
+            .unwrap_or(WorkerDirective::Running)
+            .max(floor);
         Ok(HeartbeatOutcome {
             directive,
             extended: extended

@@ -1,6 +1,7 @@
 //! sqlx → PL/pgSQL: every operation is one SQL function call (`s3p`, or the queue's own
 //! `s3q_<q>` on the grouped hot path); SQLSTATEs become core errors.
 
+pub mod admin_system;
 mod coalesce;
 mod conflicts;
 mod cron;
