@@ -11,6 +11,7 @@
 
 mod common;
 
+mod admin_workers;
 mod advanced_parity;
 mod auth;
 mod auth_matrix;
