@@ -343,3 +343,43 @@ LANGUAGE sql STABLE AS $$
      WHERE m.minute >= date_trunc('minute', now()) - make_interval(mins => minutes)
        AND s3p.in_scope(m.queue, scope)
 $$;
+
+-- Cron entries as the admin UI pages them (page numbers): at most `page_size` from `page_offset`
+-- in name order, of the queues in `scope`.
+CREATE OR REPLACE FUNCTION s3p.cron_page_at(scope text[], page_offset int, page_size int)
+RETURNS SETOF s3p.cron_jobs
+LANGUAGE sql STABLE AS $$
+    SELECT * FROM s3p.cron_jobs c WHERE s3p.in_scope(s3p.cron_queue(c), scope)
+     ORDER BY c.name OFFSET page_offset LIMIT page_size
+$$;
+
+-- One cron entry of a queue in `scope` (404 otherwise).
+CREATE OR REPLACE FUNCTION s3p.cron_get(cron_name text, scope text[] DEFAULT NULL)
+RETURNS SETOF s3p.cron_jobs
+LANGUAGE plpgsql STABLE AS $$
+BEGIN
+    RETURN QUERY SELECT * FROM s3p.cron_jobs c
+                  WHERE c.name = cron_name AND s3p.in_scope(s3p.cron_queue(c), scope);
+    IF NOT FOUND THEN
+        RAISE EXCEPTION 'cron job % not found', cron_name USING ERRCODE = 'PV404';
+    END IF;
+END
+$$;
+
+-- Pauses (enabled false) or resumes a cron entry; resuming sets its next run (`next_run`, the
+-- caller's next slot after now) so slots missed while paused are not fired.
+CREATE OR REPLACE FUNCTION s3p.cron_set_enabled(cron_name text, on_off boolean, next_run timestamptz,
+                                                scope text[] DEFAULT NULL)
+RETURNS SETOF s3p.cron_jobs
+LANGUAGE plpgsql AS $$
+BEGIN
+    RETURN QUERY UPDATE s3p.cron_jobs c
+                    SET enabled = on_off,
+                        next_run_at = CASE WHEN on_off AND NOT c.enabled THEN next_run ELSE c.next_run_at END
+                  WHERE c.name = cron_name AND s3p.in_scope(s3p.cron_queue(c), scope)
+                 RETURNING *;
+    IF NOT FOUND THEN
+        RAISE EXCEPTION 'cron job % not found', cron_name USING ERRCODE = 'PV404';
+    END IF;
+END
+$$;

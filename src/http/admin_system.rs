@@ -107,3 +107,53 @@ pub fn maintenance(m: &MaintenanceState) -> types::AdminMaintenance {
         ends_at: estimated_end,
     }
 }
+
+/// A cron entry in the admin UI's names beside pgvs3's.
+pub fn cron(c: &crate::model::workflow::CronEntry) -> types::AdminCron {
+    let template = c.template();
+    types::AdminCron {
+        id: c.name.clone(),
+        name: c.name.clone(),
+        r#type: template
+            .get("type")
+            .and_then(serde_json::Value::as_str)
+            .unwrap_or_default()
+            .to_string(),
+        queue: crate::model::job::queue_or_default(
+            template
+                .get("options")
+                .and_then(|o| o.get("queue"))
+                .and_then(serde_json::Value::as_str),
+        )
+        .to_string(),
+        schedule: c.expression.clone(),
+        expression: c.expression.clone(),
+        timezone: c.timezone.clone(),
+        overlap_policy: c.overlap_policy.clone(),
+        args: template
+            .get("args")
+            .and_then(serde_json::Value::as_array)
+            .cloned(),
+        meta: template
+            .get("meta")
+            .and_then(serde_json::Value::as_object)
+            .cloned(),
+        enabled: c.enabled,
+        status: c.status().to_string(),
+        last_run_at: c.last_run_at.as_ref().map(format_time),
+        next_run_at: c.next_run_at.as_ref().map(format_time),
+        created_at: format_time(&c.created_at),
+    }
+}
+
+/// A numbered page of cron entries.
+pub fn cron_list(page: &crate::core::admin_system::crons::CronPage) -> types::AdminCronList {
+    types::AdminCronList {
+        items: page.items.iter().map(cron).collect(),
+        pagination: types::AdminPagePagination {
+            total: page.total,
+            page: page.page,
+            per_page: page.per_page,
+        },
+    }
+}

@@ -1015,4 +1015,55 @@ impl api::HttpApi for HttpAdapter {
             types::AdminSystemConfig { version, extra },
         ))
     }
+
+    async fn admin_list_crons(
+        &self,
+        ctx: RequestContext,
+        query: api::AdminListCronsQuery,
+    ) -> Result<api::AdminListCronsResponse, ApiError> {
+        let page = self
+            .service
+            .cron_page(&ctx.scope(), query.page, query.per_page)
+            .await?;
+        Ok(api::AdminListCronsResponse::Ok(
+            super::admin_system::cron_list(&page),
+        ))
+    }
+
+    async fn admin_get_cron(
+        &self,
+        ctx: RequestContext,
+        name: String,
+    ) -> Result<api::AdminGetCronResponse, ApiError> {
+        let entry = self.service.get_cron(&ctx.scope(), &name).await?;
+        Ok(api::AdminGetCronResponse::Ok(super::admin_system::cron(
+            &entry,
+        )))
+    }
+
+    async fn admin_set_cron_enabled(
+        &self,
+        ctx: RequestContext,
+        name: String,
+        body: types::AdminCronPatch,
+    ) -> Result<api::AdminSetCronEnabledResponse, ApiError> {
+        let entry = self
+            .service
+            .set_cron_enabled(&ctx.scope(), &name, body.enabled)
+            .await?;
+        Ok(api::AdminSetCronEnabledResponse::Ok(
+            super::admin_system::cron(&entry),
+        ))
+    }
+
+    async fn admin_delete_cron(
+        &self,
+        ctx: RequestContext,
+        name: String,
+    ) -> Result<api::AdminDeleteCronResponse, ApiError> {
+        let entry = self.service.unregister_cron(&ctx.scope(), &name).await?;
+        Ok(api::AdminDeleteCronResponse::Ok(super::admin_system::cron(
+            &entry,
+        )))
+    }
 }

@@ -337,3 +337,61 @@ impl Store {
             .map_err(map_db_error)
     }
 }
+
+impl Store {
+    /// `s3p.cron_page_at`: a page of cron entries by offset, in name order.
+    #[tracing::instrument(name = "db", skip_all, fields(op = "cron_page_at"))]
+    pub async fn cron_page_at(
+        &self,
+        scope: &Scope,
+        offset: i64,
+        limit: i64,
+    ) -> Result<Vec<crate::model::workflow::CronEntry>, CoreError> {
+        sqlx::query_as::<_, super::rows::CronRow>("SELECT * FROM s3p.cron_page_at($1, $2, $3)")
+            .bind(scope.like_patterns())
+            .bind(i32::try_from(offset).unwrap_or(i32::MAX))
+            .bind(i32::try_from(limit).unwrap_or(i32::MAX))
+            .fetch_all(self.pool())
+            .await
+            .map(|rows| rows.into_iter().map(Into::into).collect())
+            .map_err(map_db_error)
+    }
+
+    /// `s3p.cron_get`: one cron entry in scope (404 otherwise).
+    #[tracing::instrument(name = "db", skip_all, fields(op = "cron_get"))]
+    pub async fn cron_get(
+        &self,
+        scope: &Scope,
+        name: &str,
+    ) -> Result<crate::model::workflow::CronEntry, CoreError> {
+        sqlx::query_as::<_, super::rows::CronRow>("SELECT * FROM s3p.cron_get($1, $2)")
+            .bind(name)
+            .bind(scope.like_patterns())
+            .fetch_one(self.pool())
+            .await
+            .map(Into::into)
+            .map_err(map_db_error)
+    }
+
+    /// `s3p.cron_set_enabled`: pauses or resumes a cron entry.
+    #[tracing::instrument(name = "db", skip_all, fields(op = "cron_set_enabled"))]
+    pub async fn cron_set_enabled(
+        &self,
+        scope: &Scope,
+        name: &str,
+        enabled: bool,
+        next_run: Option<DateTime<Utc>>,
+    ) -> Result<crate::model::workflow::CronEntry, CoreError> {
+        sqlx::query_as::<_, super::rows::CronRow>(
+            "SELECT * FROM s3p.cron_set_enabled($1, $2, $3, $4)",
+        )
+        .bind(name)
+        .bind(enabled)
+        .bind(next_run)
+        .bind(scope.like_patterns())
+        .fetch_one(self.pool())
+        .await
+        .map(Into::into)
+        .map_err(map_db_error)
+    }
+}

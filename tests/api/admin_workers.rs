@@ -618,6 +618,78 @@ async fn manifest_declares_the_extension_and_cron_entries_carry_a_status() {
         .expect("ListCron")
         .into_inner();
     assert_eq!(listed.entries[0].status, "active");
+
+    // The admin UI's cron routes: numbered pages, detail, pause and resume, delete.
+    let page = http.get_200("/ojs/v1/crons?page=1&per_page=25").await;
+    assert_eq!(
+        page["pagination"],
+        json!({"total": 1, "page": 1, "per_page": 25})
+    );
+    let entry = &page["items"][0];
+    assert_eq!(
+        (
+            &entry["id"],
+            &entry["schedule"],
+            &entry["type"],
+            &entry["queue"],
+            &entry["status"]
+        ),
+        (
+            &json!("nightly"),
+            &json!("0 3 * * *"),
+            &json!("c.job"),
+            &json!("default"),
+            &json!("active")
+        ),
+        "{page}"
+    );
+    let paused = http
+        .send(
+            reqwest::Method::PATCH,
+            "/ojs/v1/crons/nightly",
+            Some(json!({"enabled": false})),
+        )
+        .await;
+    assert_eq!(paused.0, StatusCode::OK, "{}", paused.1);
+    assert_eq!(
+        (&paused.1["enabled"], &paused.1["status"]),
+        (&json!(false), &json!("paused"))
+    );
+    assert_eq!(
+        http.get_200("/ojs/v1/cron").await["crons"][0]["status"],
+        "paused"
+    );
+    assert_eq!(
+        http.get_200("/ojs/v1/crons/nightly").await["status"],
+        "paused"
+    );
+    let resumed = http
+        .send(
+            reqwest::Method::PATCH,
+            "/ojs/v1/crons/nightly",
+            Some(json!({"enabled": true})),
+        )
+        .await;
+    assert_eq!(resumed.1["status"], "active", "{}", resumed.1);
+    assert!(is_time(&resumed.1["next_run_at"]), "{}", resumed.1);
+    let (status, _) = http
+        .send(
+            reqwest::Method::PATCH,
+            "/ojs/v1/crons/nightly",
+            Some(json!({"enabled": "no"})),
+        )
+        .await;
+    assert_eq!(status, StatusCode::BAD_REQUEST);
+    let (status, _) = http.get("/ojs/v1/crons/missing").await;
+    assert_eq!(status, StatusCode::NOT_FOUND);
+    let (status, _) = http.get("/ojs/v1/crons?per_page=0&page=0").await;
+    assert_eq!(status, StatusCode::BAD_REQUEST);
+    let (status, removed) = http.delete("/ojs/v1/crons/nightly").await;
+    assert_eq!(
+        (status, &removed["id"]),
+        (StatusCode::OK, &json!("nightly"))
+    );
+    assert_eq!(http.get_200("/ojs/v1/crons").await["items"], json!([]));
 }
 
 // ---------------------------------------------------------------------------------------------

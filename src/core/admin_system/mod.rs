@@ -4,6 +4,7 @@
 //! `WRITE_EVERY`), and what every gateway follows (maintenance mode, quiet workers), read back on
 //! each tick, so a change made through any gateway reaches all within one tick.
 
+pub mod crons;
 pub mod stats;
 pub mod system;
 pub mod workers;
