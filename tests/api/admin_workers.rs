@@ -205,6 +205,67 @@ async fn workers_seen_in_fetches_and_heartbeats_are_listed_in_the_specs_shape() 
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_registry_costs_one_write_per_worker_per_interval_not_one_per_fetch() {
+    let app = common::spawn_app().await;
+    let http = Http::new(&app);
+    http.enqueue("aw-hot", "h.job", 1).await;
+    // Count every row version written to the registry.
+    sql(
+        &app.database_url,
+        "CREATE TABLE public.registry_writes (n int);
+         CREATE FUNCTION public.count_registry_write() RETURNS trigger LANGUAGE plpgsql AS
+             $$ BEGIN INSERT INTO public.registry_writes VALUES (1); RETURN NULL; END $$;
+         CREATE TRIGGER count_writes AFTER INSERT OR UPDATE ON s3p.workers
+             FOR EACH ROW EXECUTE FUNCTION public.count_registry_write();",
+    )
+    .await;
+    let fetch = |worker: Option<&'static str>| {
+        let body = match worker {
+            Some(w) => json!({"queues": ["aw-hot-empty"], "worker_id": w}),
+            None => json!({"queues": ["aw-hot-empty"]}),
+        };
+        let http = &http;
+        async move { http.ok_post("/ojs/v1/workers/fetch", body).await }
+    };
+    // 300 fetches and heartbeats of one worker within about 2 s; timed against as many fetches
+    // naming no worker (which the registry never sees), interleaved.
+    let (mut named, mut anonymous) = (Duration::ZERO, Duration::ZERO);
+    let started = tokio::time::Instant::now();
+    for i in 0..150 {
+        let t = tokio::time::Instant::now();
+        fetch(Some("w-hot")).await;
+        named += t.elapsed();
+        let t = tokio::time::Instant::now();
+        fetch(None).await;
+        anonymous += t.elapsed();
+        if i % 10 == 0 {
+            http.heartbeat("w-hot").await;
+        }
+    }
+    let spent = started.elapsed();
+    eprintln!(
+        "150 fetches naming a worker: {:?} each; naming none: {:?} each",
+        named / 150,
+        anonymous / 150
+    );
+    http.registered("w-hot").await;
+    tokio::time::sleep(Duration::from_millis(1200)).await;
+    let mut db = PgConnection::connect(&app.database_url)
+        .await
+        .expect("connect");
+    let writes: i64 = sqlx::query_scalar("SELECT count(*) FROM public.registry_writes")
+        .fetch_one(&mut db)
+        .await
+        .expect("count");
+    // One write per WRITE_EVERY (5 s) at most, plus the first.
+    let bound = 1 + spent.as_secs() as i64 / 5 + 1;
+    assert!(
+        (1..=bound).contains(&writes),
+        "{writes} registry writes for 315 sightings in {spent:?} (at most {bound})"
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn quiet_reaches_the_worker_through_its_next_heartbeat_over_http_and_grpc() {
     let app = common::spawn_app().await;
     let http = Http::new(&app);
