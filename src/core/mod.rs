@@ -584,13 +584,6 @@ impl Service {
             |ms| CoreError::invalid(format!("visibility_timeout_ms must be positive, not {ms}")),
         )?;
         validate::check_text("worker_id", &request.worker_id)?;
-        self.admin.note(&request.worker_id, &[], true);
-        // Asked through the Admin API to be quiet: the answer says so, whatever the jobs say.
-        let floor = if self.admin.is_quiet(&request.worker_id) {
-            WorkerDirective::Quiet
-        } else {
-            WorkerDirective::Running
-        };
         // A heartbeat naming no job speaks for every job the worker holds.
         let extended = if ids.is_empty() {
             if token.is_some() {
@@ -611,7 +604,7 @@ impl Service {
             }
             if ids.is_empty() {
                 return Ok(HeartbeatOutcome {
-                    directive: floor,
+                    directive: self.registry_directive(scope, &request.worker_id, false),
                     extended: Vec::new(),
                 });
             }
@@ -648,7 +641,7 @@ impl Service {
             })
             .max()
             .unwrap_or(WorkerDirective::Running)
-            .max(floor);
+            .max(self.registry_directive(scope, &request.worker_id, !extended.is_empty()));
         Ok(HeartbeatOutcome {
             directive,
             extended: extended
@@ -656,6 +649,21 @@ impl Service {
                 .map(|(id, _, until)| (id, until))
                 .collect(),
         })
+    }
+
+    /// Notes a heartbeat in the worker registry and says `quiet` when the Admin API asked so.
+    /// Only a heartbeat whose token sees every queue, or that extended a lease, speaks for its
+    /// worker: a scoped token cannot keep another scope's worker alive or learn its state.
+    fn registry_directive(&self, scope: &Scope, worker: &str, extended: bool) -> WorkerDirective {
+        if !(scope.is_all() || extended) {
+            return WorkerDirective::Running;
+        }
+        self.admin.note(worker, &[], true);
+        if self.admin.is_quiet(worker) {
+            WorkerDirective::Quiet
+        } else {
+            WorkerDirective::Running
+        }
     }
 
     /// Makes a pending job available.
@@ -744,6 +752,10 @@ impl Service {
             for step in &report.failed_steps {
                 *failures.entry(step.clone()).or_insert(0) += 1;
             }
+        }
+        // The throughput rollup follows the event log beside the pass (one gateway at a time).
+        if let Err(error) = self.stats_rollup().await {
+            tracing::warn!(%error, "the throughput rollup failed");
         }
         Ok(report)
     }

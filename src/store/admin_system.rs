@@ -119,8 +119,8 @@ struct StatsRow {
 pub type WorkerLeases = (i64, Vec<ActiveLease>);
 
 impl Store {
-    /// `s3p.admin_tick`: hands over the sightings, steps the rollup (`rollup_batch` log rows; 0
-    /// on a read-only gateway), reads maintenance mode and the quiet workers.
+    /// `s3p.admin_tick`: hands over the sightings, steps the rollup (`rollup_batch` log rows; 0:
+    /// not in the tick), reads maintenance mode and the quiet workers.
     #[tracing::instrument(name = "db", skip_all, fields(op = "admin_tick"))]
     pub async fn admin_tick(
         &self,
@@ -144,6 +144,17 @@ impl Store {
             },
             quiet: row.quiet,
         })
+    }
+
+    /// `s3p.stats_rollup`: adds the events after the rollup's cursor (at most `batch` log rows)
+    /// to the per-minute and per-hour counts; returns the events counted.
+    #[tracing::instrument(name = "db", skip_all, fields(op = "stats_rollup"))]
+    pub async fn stats_rollup(&self, batch: i32) -> Result<i64, CoreError> {
+        sqlx::query_scalar("SELECT s3p.stats_rollup($1)")
+            .bind(batch)
+            .fetch_one(self.pool())
+            .await
+            .map_err(map_db_error)
     }
 
     /// `s3p.workers_page`: one page of workers in id order and the counts by state.

@@ -837,6 +837,12 @@ async fn scopes_and_roles_apply_to_every_admin_route() {
         .ok_post("/ojs/v1/admin/workers/w-pub/quiet", json!({}))
         .await;
     assert_eq!(quieted["state"], "quiet");
+    // A heartbeat through a token of other queues neither hears nor refreshes vault's worker.
+    admin
+        .ok_post("/ojs/v1/admin/workers/w-vault/quiet", json!({}))
+        .await;
+    assert_eq!(scoped_admin.heartbeat("w-vault").await, "running");
+    assert_eq!(admin.heartbeat("w-vault").await, "quiet");
     let (status, _) = Http::new(&app).get("/ojs/v1/admin/workers").await;
     assert_eq!(status, StatusCode::UNAUTHORIZED);
 }

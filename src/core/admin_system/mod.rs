@@ -28,7 +28,7 @@ pub const WRITE_EVERY: Duration = Duration::from_secs(5);
 pub const MAX_TRACKED: usize = 100_000;
 /// Sightings handed over per tick; the rest wait for the next.
 const MAX_PER_TICK: usize = 1_000;
-/// Event log rows the rollup reads per tick.
+/// Event log rows the rollup reads per maintenance pass.
 pub const ROLLUP_BATCH: i32 = 10_000;
 /// A tracked worker not seen for this long is forgotten by the gateway (not the registry).
 const FORGET_AFTER: Duration = Duration::from_secs(120);
@@ -179,21 +179,15 @@ impl AdminState {
 }
 
 impl super::Service {
-    /// One tick of this gateway: hands over the workers it saw, steps the throughput rollup
-    /// (writable gateways only) and takes maintenance mode and the quiet workers from the
-    /// database.
+    /// One tick of this gateway: hands over the workers it saw and takes maintenance mode and
+    /// the quiet workers from the database.
     pub async fn admin_tick(&self) -> Result<(), super::CoreError> {
         let sightings = if self.settings.read_only {
             Vec::new()
         } else {
             self.admin.take_sightings()
         };
-        let batch = if self.settings.read_only {
-            0
-        } else {
-            ROLLUP_BATCH
-        };
-        match self.store.admin_tick(&sightings, batch).await {
+        match self.store.admin_tick(&sightings, 0).await {
             Ok(shared) => {
                 self.admin.apply(shared);
                 Ok(())
@@ -203,6 +197,12 @@ impl super::Service {
                 Err(e)
             }
         }
+    }
+
+    /// Steps the throughput rollup of the event log (part of every maintenance pass: `server.rs`'s
+    /// loop and `pgvs3 maintain`); a gateway finding another at it leaves.
+    pub async fn stats_rollup(&self) -> Result<i64, super::CoreError> {
+        self.store.stats_rollup(ROLLUP_BATCH).await
     }
 
     /// The gateway's admin state (for fetch, heartbeat and cron firing).
