@@ -175,6 +175,15 @@ async fn workers_seen_in_fetches_and_heartbeats_are_listed_in_the_specs_shape() 
     assert_eq!(status, StatusCode::NOT_FOUND, "{answer}");
     assert_eq!(answer["error"]["code"], "not_found");
 
+    // The dashboard's workers page reads the same core calls.
+    let page = reqwest::get(format!("{}/ui/workers", app.http_url))
+        .await
+        .expect("GET /ui/workers");
+    assert_eq!(page.status(), StatusCode::OK);
+    let html = page.text().await.expect("html");
+    assert!(html.contains(r#"data-worker="w-fetcher""#), "{html}");
+    assert!(html.contains("2 running, 0 quiet, 0 stale"), "{html}");
+
     // gRPC lists the same registry.
     let mut admin = common::grpc::admin(&app.grpc_url).await;
     let listed = admin
