@@ -11,7 +11,8 @@ CREATE TABLE IF NOT EXISTS s3p.queues (
     created_at       timestamptz NOT NULL DEFAULT now()
 );
 
--- Every stored job id, whichever queue holds it: ids are unique across queues.
+-- The ids clients gave, whichever queue holds them (ids the server minted carry their queue's tag
+-- instead: s3p.queue_id_tag); with those tags, ids are unique across queues (s3p.reserve_job_ids).
 CREATE TABLE IF NOT EXISTS s3p.job_index (
     id    uuid PRIMARY KEY,
     queue text NOT NULL
@@ -24,6 +25,7 @@ CREATE TABLE IF NOT EXISTS s3p.unique_keys (
     queue      text NOT NULL,
     created_at timestamptz NOT NULL DEFAULT now()
 );
+CREATE INDEX IF NOT EXISTS unique_keys_queue ON s3p.unique_keys (queue);
 
 -- The SQL that builds a queue schema; `__SCHEMA__` stands for the quoted schema name.
 CREATE TABLE IF NOT EXISTS s3p.queue_templates (
@@ -75,6 +77,24 @@ BEGIN
     END IF;
 END
 $$;
+
+-- The 24-bit tag a queue puts in the ids the server mints for its jobs (the first three bytes of
+-- the SHA-256 of its name; model::job::mint_job_id computes the same), so that a minted id leads
+-- to its queue without s3p.job_index. Immutable: a database's encoding never changes.
+CREATE OR REPLACE FUNCTION s3p.queue_id_tag(queue text) RETURNS int
+LANGUAGE sql IMMUTABLE AS $$
+    SELECT (get_byte(d, 0) << 16) | (get_byte(d, 1) << 8) | get_byte(d, 2)
+      FROM sha256(convert_to(queue, 'UTF8')) AS d
+$$;
+
+-- The tag an id carries in its last three bytes (meaningful for ids the server minted).
+CREATE OR REPLACE FUNCTION s3p.job_id_tag(id uuid) RETURNS int
+LANGUAGE sql IMMUTABLE AS $$
+    SELECT (get_byte(b, 13) << 16) | (get_byte(b, 14) << 8) | get_byte(b, 15) FROM uuid_send(id) AS b
+$$;
+
+ALTER TABLE s3p.queues ADD COLUMN IF NOT EXISTS id_tag int GENERATED ALWAYS AS (s3p.queue_id_tag(name)) STORED;
+CREATE INDEX IF NOT EXISTS queues_id_tag ON s3p.queues (id_tag);
 
 -- Whether `queue` is in a token's scope: `patterns` are its queue patterns in SQL LIKE form
 -- (model::access::Scope::like_patterns), NULL for every queue. A row without a queue is in no

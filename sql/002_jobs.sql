@@ -8,19 +8,103 @@ LANGUAGE sql STABLE AS $$
     SELECT q.schema_name FROM s3p.queues q WHERE q.name = queue
 $$;
 
+-- The jobs among `ids` stored in a queue whose tag they carry (s3p.queue_id_tag), with that queue:
+-- one probe of each such queue's jobs. Where the server's minted ids are.
+CREATE OR REPLACE FUNCTION s3p.tagged_jobs(ids uuid[]) RETURNS TABLE (id uuid, queue text)
+LANGUAGE plpgsql STABLE AS $$
+DECLARE
+    part record;
+BEGIN
+    FOR part IN
+        SELECT q.name, q.schema_name, array_agg(u.id) AS tagged
+          FROM unnest(ids) AS u(id)
+          JOIN s3p.queues q ON q.id_tag = s3p.job_id_tag(u.id)
+         GROUP BY q.name, q.schema_name
+    LOOP
+        RETURN QUERY EXECUTE format('SELECT j.id, $2 FROM %I.jobs j WHERE j.id = ANY ($1)', part.schema_name)
+            USING part.tagged, part.name;
+    END LOOP;
+END
+$$;
+
+-- Where the jobs among `ids` are: ids clients gave through s3p.job_index, the others (minted) by
+-- their tag. Ids not stored are left out.
+CREATE OR REPLACE FUNCTION s3p.job_queues(ids uuid[]) RETURNS TABLE (id uuid, queue text)
+LANGUAGE plpgsql STABLE AS $$
+DECLARE
+    unindexed uuid[];
+BEGIN
+    RETURN QUERY SELECT i.id, i.queue FROM s3p.job_index i WHERE i.id = ANY (ids);
+    unindexed := ARRAY(SELECT u.id FROM unnest(ids) AS u(id)
+                        WHERE NOT EXISTS (SELECT 1 FROM s3p.job_index i WHERE i.id = u.id));
+    IF cardinality(unindexed) > 0 THEN
+        RETURN QUERY SELECT * FROM s3p.tagged_jobs(unindexed);
+    END IF;
+END
+$$;
+
+-- The schema of the queue holding a job, or NULL.
+CREATE OR REPLACE FUNCTION s3p.find_job_schema(job_id uuid) RETURNS text
+LANGUAGE sql STABLE AS $$
+    SELECT q.schema_name FROM s3p.job_queues(ARRAY[job_id]) f JOIN s3p.queues q ON q.name = f.queue LIMIT 1
+$$;
+
 -- The schema of the queue holding a job; raises not_found for an unknown id.
 CREATE OR REPLACE FUNCTION s3p.job_schema(job_id uuid) RETURNS text
 LANGUAGE plpgsql STABLE AS $$
 DECLARE
-    found_schema text;
+    found_schema text := s3p.find_job_schema(job_id);
 BEGIN
-    SELECT q.schema_name INTO found_schema
-      FROM s3p.job_index i JOIN s3p.queues q ON q.name = i.queue
-     WHERE i.id = job_id;
     IF found_schema IS NULL THEN
         RAISE EXCEPTION 'job % not found', job_id USING ERRCODE = 'PV404';
     END IF;
     RETURN found_schema;
+END
+$$;
+
+-- The ids of `jobs` (a JSON array of s3p.job fields) that clients gave: every one the server did
+-- not mint (`id_minted`, set by the core), in the order given.
+CREATE OR REPLACE FUNCTION s3p.given_job_ids(jobs jsonb) RETURNS uuid[]
+LANGUAGE sql IMMUTABLE AS $$
+    SELECT coalesce(array_agg((e.value->>'id')::uuid ORDER BY e.ord), '{}')
+      FROM jsonb_array_elements(jobs) WITH ORDINALITY AS e(value, ord)
+     WHERE e.value->>'id_minted' IS DISTINCT FROM 'true'
+$$;
+
+-- Reserves ids clients gave for jobs of `queue`: each in s3p.job_index (whose key serialises
+-- concurrent writers of one id), and none a minted id already stored; raises duplicate (PV411)
+-- naming an id given twice or already taken. Minted ids need neither: they are new, and carry
+-- their queue.
+CREATE OR REPLACE FUNCTION s3p.reserve_job_ids(queue text, ids uuid[]) RETURNS void
+LANGUAGE plpgsql AS $$
+DECLARE
+    inserted uuid[];
+    clash    uuid;
+BEGIN
+    IF coalesce(cardinality(ids), 0) = 0 THEN
+        RETURN;
+    END IF;
+    WITH indexed AS (
+        INSERT INTO s3p.job_index (id, queue)
+        SELECT i.id, reserve_job_ids.queue FROM unnest(ids) AS i(id)
+        ON CONFLICT (id) DO NOTHING
+        RETURNING id
+    )
+    SELECT array_agg(x.id) INTO inserted FROM indexed x;
+    IF coalesce(cardinality(inserted), 0) < cardinality(ids) THEN
+        SELECT i.id INTO clash FROM unnest(ids) AS i(id) GROUP BY i.id HAVING count(*) > 1 LIMIT 1;
+        IF clash IS NULL THEN
+            SELECT i.id INTO clash FROM unnest(ids) AS i(id)
+             WHERE i.id <> ALL (coalesce(inserted, '{}')) LIMIT 1;
+        END IF;
+    ELSE
+        -- Not given before: the server may still have minted it.
+        SELECT f.id INTO clash FROM s3p.tagged_jobs(ids) f LIMIT 1;
+    END IF;
+    IF clash IS NOT NULL THEN
+        RAISE EXCEPTION 'a job with id % already exists', clash
+            USING ERRCODE = 'PV411', DETAIL = clash::text;
+    END IF;
 END
 $$;
 
@@ -75,8 +159,7 @@ BEGIN
         RETURN;
     END IF;
     SELECT * INTO holder FROM s3p.unique_keys k WHERE k.key = new_job.unique_key FOR UPDATE;
-    SELECT q.schema_name INTO holder_schema
-      FROM s3p.job_index i JOIN s3p.queues q ON q.name = i.queue WHERE i.id = holder.job_id;
+    holder_schema := s3p.find_job_schema(holder.job_id);
     IF holder_schema IS NOT NULL THEN
         EXECUTE format('SELECT * FROM %I.get($1)', holder_schema) INTO existing USING holder.job_id;
     END IF;
@@ -140,12 +223,7 @@ BEGIN
             new_job.scheduled_at := (settled.existing).scheduled_at;
         END IF;
     END IF;
-    INSERT INTO s3p.job_index (id, queue) VALUES (new_job.id, new_job.queue)
-    ON CONFLICT (id) DO NOTHING;
-    IF NOT FOUND THEN
-        RAISE EXCEPTION 'a job with id % already exists', new_job.id
-            USING ERRCODE = 'PV411', DETAIL = new_job.id::text;
-    END IF;
+    PERFORM s3p.reserve_job_ids(new_job.queue, s3p.given_job_ids(jsonb_build_array(job)));
     PERFORM s3p.check_job_quota(new_job.queue, queue_schema, 1);
     EXECUTE format('SELECT * FROM %I.enqueue($1)', queue_schema) INTO stored USING new_job;
     IF stored.state = 'available' THEN
@@ -170,7 +248,6 @@ BEGIN
     -- a queue (the usual batch), which then goes as it is, without regrouping.
     SELECT bool_or(e.value ? 'rate_limit_per_second' OR e.value->>'unique_key' IS NOT NULL) AS per_job,
            min(e.value->>'queue') AS first_queue, max(e.value->>'queue') AS last_queue,
-           array_agg((e.value->>'id')::uuid ORDER BY e.ord) AS ids,
            bool_or(e.value->>'state' IS DISTINCT FROM 'pending'
                    AND (e.value->>'scheduled_at' IS NULL
                         OR (e.value->>'scheduled_at')::timestamptz <= now())) AS any_available
@@ -191,14 +268,12 @@ BEGIN
         RETURN;
     END IF;
     IF first_pass.first_queue = first_pass.last_queue THEN
-        RETURN QUERY SELECT * FROM s3p.enqueue_part(first_pass.first_queue, jobs, first_pass.ids,
-                                                    first_pass.any_available);
+        RETURN QUERY SELECT * FROM s3p.enqueue_part(first_pass.first_queue, jobs, first_pass.any_available);
         RETURN;
     END IF;
     FOR part IN
         SELECT e.value->>'queue' AS queue,
                jsonb_agg(e.value ORDER BY e.ord) AS rows,
-               array_agg((e.value->>'id')::uuid ORDER BY e.ord) AS ids,
                bool_or(e.value->>'state' IS DISTINCT FROM 'pending'
                        AND (e.value->>'scheduled_at' IS NULL
                             OR (e.value->>'scheduled_at')::timestamptz <= now())) AS any_available
@@ -206,40 +281,22 @@ BEGIN
          GROUP BY e.value->>'queue'
          ORDER BY min(e.ord)
     LOOP
-        RETURN QUERY SELECT * FROM s3p.enqueue_part(part.queue, part.rows, part.ids, part.any_available);
+        RETURN QUERY SELECT * FROM s3p.enqueue_part(part.queue, part.rows, part.any_available);
     END LOOP;
 END
 $$;
 
--- Stores the jobs of one queue of a batch: their ids reserved in s3p.job_index (all or none),
--- the quota checked, the jobs and events stored by the queue's enqueue_many, one NOTIFY.
-CREATE OR REPLACE FUNCTION s3p.enqueue_part(queue text, part_jobs jsonb, ids uuid[], any_available boolean)
+-- Stores the jobs of one queue of a batch: the ids clients gave reserved (all or none), the
+-- quota checked, the jobs and events stored by the queue's enqueue_many, one NOTIFY.
+DROP FUNCTION IF EXISTS s3p.enqueue_part(text, jsonb, uuid[], boolean);
+CREATE OR REPLACE FUNCTION s3p.enqueue_part(queue text, part_jobs jsonb, any_available boolean)
 RETURNS SETOF s3p.job
 LANGUAGE plpgsql AS $$
 DECLARE
     queue_schema text := s3p.ensure_queue_schema(queue);
-    inserted     uuid[];
-    clash        uuid;
 BEGIN
-    -- An id given twice, or already stored, leaves fewer rows indexed than ids given; only then
-    -- is the culprit looked for (the error rolls the statement back anyway).
-    WITH indexed AS (
-        INSERT INTO s3p.job_index (id, queue)
-        SELECT i.id, enqueue_part.queue FROM unnest(ids) AS i(id)
-        ON CONFLICT (id) DO NOTHING
-        RETURNING id
-    )
-    SELECT array_agg(x.id) INTO inserted FROM indexed x;
-    IF coalesce(cardinality(inserted), 0) < cardinality(ids) THEN
-        SELECT i.id INTO clash FROM unnest(ids) AS i(id) GROUP BY i.id HAVING count(*) > 1 LIMIT 1;
-        IF clash IS NULL THEN
-            SELECT i.id INTO clash FROM unnest(ids) AS i(id)
-             WHERE i.id <> ALL (coalesce(inserted, '{}')) LIMIT 1;
-        END IF;
-        RAISE EXCEPTION 'a job with id % already exists', clash
-            USING ERRCODE = 'PV411', DETAIL = clash::text;
-    END IF;
-    PERFORM s3p.check_job_quota(queue, queue_schema, cardinality(ids));
+    PERFORM s3p.reserve_job_ids(queue, s3p.given_job_ids(part_jobs));
+    PERFORM s3p.check_job_quota(queue, queue_schema, jsonb_array_length(part_jobs));
     RETURN QUERY EXECUTE format('SELECT * FROM %I.enqueue_many($1)', queue_schema) USING part_jobs;
     IF any_available THEN
         PERFORM pg_notify('s3p_jobs', queue);
@@ -301,7 +358,7 @@ BEGIN
     FOR part IN
         SELECT q.schema_name, array_agg(u.ord ORDER BY u.ord) AS ords
           FROM unnest(ids) WITH ORDINALITY AS u(id, ord)
-          JOIN s3p.job_index i ON i.id = u.id
+          JOIN s3p.job_queues(ids) i ON i.id = u.id
           JOIN s3p.queues q ON q.name = i.queue
          GROUP BY q.schema_name
          ORDER BY q.schema_name
@@ -418,7 +475,7 @@ BEGIN
     -- Queues in name order, like every statement that locks jobs of several queues.
     FOR queue_schema IN
         SELECT q.schema_name FROM s3p.queues q
-         WHERE q.name IN (SELECT i.queue FROM s3p.job_index i WHERE i.id = ANY (ids))
+         WHERE q.name IN (SELECT f.queue FROM s3p.job_queues(ids) f)
          ORDER BY q.name
     LOOP
         RETURN QUERY EXECUTE format('SELECT * FROM %I.heartbeat($1, $2, $3, $4, $5)', queue_schema)
@@ -602,11 +659,22 @@ $$;
 -- The database-wide maintenance step: old events, and unique keys whose job is gone.
 CREATE OR REPLACE FUNCTION s3p.maintain_shared(batch int) RETURNS void
 LANGUAGE plpgsql AS $$
+DECLARE
+    q record;
 BEGIN
     PERFORM s3p.trim_events(coalesce(nullif(current_setting('s3p.event_retention_ms', true), '')::bigint, 3600000), batch);
+    -- A key's queue is its job's (set together), so each queue's keys are checked against its
+    -- own jobs; keys of dropped queues go as well.
+    FOR q IN SELECT c.name, c.schema_name FROM s3p.queues c
+              WHERE EXISTS (SELECT 1 FROM s3p.unique_keys u WHERE u.queue = c.name) LOOP
+        EXECUTE format('DELETE FROM s3p.unique_keys k WHERE k.key IN (
+                            SELECT u.key FROM s3p.unique_keys u
+                             WHERE u.queue = $1 AND NOT EXISTS (SELECT 1 FROM %I.jobs j WHERE j.id = u.job_id)
+                             LIMIT $2)', q.schema_name) USING q.name, batch;
+    END LOOP;
     DELETE FROM s3p.unique_keys k
      WHERE k.key IN (SELECT u.key FROM s3p.unique_keys u
-                      WHERE NOT EXISTS (SELECT 1 FROM s3p.job_index i WHERE i.id = u.job_id)
+                      WHERE NOT EXISTS (SELECT 1 FROM s3p.queues c WHERE c.name = u.queue)
                       LIMIT batch);
 END
 $$;

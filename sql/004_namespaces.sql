@@ -43,7 +43,9 @@ BEGIN
     VALUES (queue, queue_schema, 0)
     ON CONFLICT (name) DO NOTHING;
     PERFORM s3p.ensure_queue_schema(queue);
-    EXECUTE format('INSERT INTO s3p.job_index (id, queue) SELECT id, $1 FROM %I.jobs ON CONFLICT DO NOTHING',
+    -- Ids carrying the queue's tag are found by it (s3p.job_queues); the others need index rows.
+    EXECUTE format('INSERT INTO s3p.job_index (id, queue) SELECT id, $1 FROM %I.jobs
+                     WHERE s3p.job_id_tag(id) <> s3p.queue_id_tag($1) ON CONFLICT DO NOTHING',
                    queue_schema) USING queue;
     GET DIAGNOSTICS adopted = ROW_COUNT;
     RETURN adopted;

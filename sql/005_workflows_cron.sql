@@ -160,8 +160,7 @@ DECLARE
     found_schema text;
     locked boolean;
 BEGIN
-    SELECT q.schema_name INTO found_schema
-      FROM s3p.job_index i JOIN s3p.queues q ON q.name = i.queue WHERE i.id = job_id;
+    found_schema := s3p.find_job_schema(job_id);
     IF found_schema IS NULL THEN
         RETURN false;
     END IF;
@@ -317,8 +316,7 @@ BEGIN
         RETURN NULL;
     END IF;
     IF c.last_job_id IS NOT NULL THEN
-        SELECT q.schema_name INTO last_schema
-          FROM s3p.job_index i JOIN s3p.queues q ON q.name = i.queue WHERE i.id = c.last_job_id;
+        last_schema := s3p.find_job_schema(c.last_job_id);
         IF last_schema IS NOT NULL THEN
             EXECUTE format('SELECT state FROM %I.jobs WHERE id = $1', last_schema) INTO last_state USING c.last_job_id;
         END IF;

@@ -1,19 +1,8 @@
--- Reads of the dashboard (/ui) that the API has no operation for: a queue's jobs in one state,
--- a job's retained events, and the newest workflows. Each is a bounded page.
+-- Reads of the dashboard (/ui) that the API has no operation for: a job's retained events, a
+-- bounded page.
 
--- Up to `page_size` jobs of a queue in `state` (every state when NULL), newest first, after the
--- job `after_id` of the previous page when given. No index serves the state filter (one would
--- cost every transition), so a page scans the queue's jobs newest first until it has filled.
-CREATE OR REPLACE FUNCTION s3p.jobs_page(queue text, state text, after_id uuid, page_size int)
-RETURNS SETOF s3p.job
-LANGUAGE plpgsql STABLE AS $$
-BEGIN
-    RETURN QUERY EXECUTE format(
-        'SELECT * FROM %1$I.jobs j WHERE ($1 IS NULL OR j.state = $1) AND ($2 IS NULL OR j.seq < (SELECT p.seq FROM %1$I.jobs p WHERE p.id = $2))
-          ORDER BY j.seq DESC LIMIT $3', s3p.existing_queue_schema(queue))
-        USING state, after_id, page_size;
-END
-$$;
+-- The job list moved to s3p.admin_jobs (012_admin_jobs.sql), which the Admin API shares.
+DROP FUNCTION IF EXISTS s3p.jobs_page(text, text, uuid, int);
 
 -- The retained lifecycle events of one job, oldest first, at most `page_size`. The log has no
 -- job index (the trim and every transition would pay for it): this scans the retained log.
@@ -29,21 +18,5 @@ LANGUAGE sql STABLE AS $$
      LIMIT page_size
 $$;
 
--- The newest `page_size` workflows with their progress, newest first, of those whose queues are
--- all in `scope` (s3p.workflow_in_scope).
+-- The workflow list moved to s3p.workflows_list (012_admin_jobs.sql), which the Admin API shares.
 DROP FUNCTION IF EXISTS s3p.workflows_page(int);
-CREATE OR REPLACE FUNCTION s3p.workflows_page(page_size int, scope text[] DEFAULT NULL) RETURNS jsonb
-LANGUAGE sql STABLE AS $$
-    SELECT coalesce(jsonb_agg(w.view ORDER BY w.created_at DESC, w.id), '[]')
-      FROM (SELECT w.id, w.created_at,
-                   jsonb_build_object(
-                       'id', w.id, 'name', w.name, 'type', w.type, 'state', w.state,
-                       'created_at', w.created_at,
-                       'steps_total', (SELECT count(*) FROM s3p.workflow_steps s WHERE s.workflow_id = w.id),
-                       'steps_completed', (SELECT count(*) FROM s3p.workflow_steps s
-                                            WHERE s.workflow_id = w.id AND s.state = 'completed')) AS view
-              FROM s3p.workflows w
-             WHERE s3p.workflow_in_scope(w.id, scope)
-             ORDER BY w.created_at DESC, w.id
-             LIMIT page_size) w
-$$;

@@ -17,6 +17,9 @@ CREATE INDEX IF NOT EXISTS jobs_leases ON __SCHEMA__.jobs (lease_expires_at)
 -- Maintenance scans: jobs with a TTL, and terminal jobs by the time they ended.
 CREATE INDEX IF NOT EXISTS jobs_expiring ON __SCHEMA__.jobs (expires_at)
     WHERE expires_at IS NOT NULL;
+-- Admin listings (/ojs/v1/admin/jobs) in creation order, and their since/until ranges; created_at
+-- never changes, so transitions keep their HOT updates.
+CREATE INDEX IF NOT EXISTS jobs_created ON __SCHEMA__.jobs (created_at);
 CREATE INDEX IF NOT EXISTS jobs_terminal ON __SCHEMA__.jobs ((coalesce(completed_at, cancelled_at, created_at)))
     WHERE state IN ('completed', 'cancelled', 'discarded');
 
@@ -99,39 +102,20 @@ END
 $fn$;
 
 -- Stores plain jobs of this queue (no unique key, no rate-limit setting: the caller's rule), given
--- as a JSON array with s3p.job field names and ids, all or none: ids reserved in s3p.job_index,
--- the quota checked, jobs and events stored, one NOTIFY. The server calls it directly for single
--- enqueues and single-queue batches of a queue it knows, skipping s3p.enqueue_batch's lookups and
--- dynamic SQL; everything else goes through s3p.enqueue_batch.
+-- as a JSON array with s3p.job field names and ids, all or none: the ids clients gave reserved
+-- (s3p.reserve_job_ids; minted ids need nothing), the quota checked, jobs and events stored, one
+-- NOTIFY. The server calls it directly for single enqueues and single-queue batches of a queue it
+-- knows, skipping s3p.enqueue_batch's lookups and dynamic SQL; everything else goes through
+-- s3p.enqueue_batch.
 CREATE OR REPLACE FUNCTION __SCHEMA__.enqueue_plain(queue_name text, new_jobs jsonb) RETURNS SETOF s3p.job
 LANGUAGE plpgsql AS $fn$
 DECLARE
-    given int := jsonb_array_length(new_jobs);
-    indexed int;
-    clash uuid;
+    given uuid[] := s3p.given_job_ids(new_jobs);
 BEGIN
-    WITH reserved AS (
-        INSERT INTO s3p.job_index (id, queue)
-        SELECT (e.value->>'id')::uuid, queue_name FROM jsonb_array_elements(new_jobs) AS e(value)
-        ON CONFLICT (id) DO NOTHING
-        RETURNING 1
-    )
-    SELECT count(*) INTO indexed FROM reserved;
-    IF indexed < given THEN
-        -- Given twice in this array, else already stored: the error rolls everything back.
-        SELECT (e.value->>'id')::uuid INTO clash FROM jsonb_array_elements(new_jobs) AS e(value)
-         GROUP BY 1 HAVING count(*) > 1 LIMIT 1;
-        IF clash IS NULL THEN
-            SELECT (e.value->>'id')::uuid INTO clash FROM jsonb_array_elements(new_jobs) AS e(value)
-             WHERE EXISTS (SELECT 1 FROM s3p.job_index i
-                            WHERE i.id = (e.value->>'id')::uuid AND i.queue IS DISTINCT FROM queue_name)
-                OR EXISTS (SELECT 1 FROM __SCHEMA__.jobs j WHERE j.id = (e.value->>'id')::uuid)
-             LIMIT 1;
-        END IF;
-        RAISE EXCEPTION 'a job with id % already exists', clash
-            USING ERRCODE = 'PV411', DETAIL = clash::text;
+    IF cardinality(given) > 0 THEN
+        PERFORM s3p.reserve_job_ids(queue_name, given);
     END IF;
-    PERFORM s3p.check_job_quota(queue_name, NULL, given);
+    PERFORM s3p.check_job_quota(queue_name, NULL, jsonb_array_length(new_jobs));
     RETURN QUERY SELECT * FROM __SCHEMA__.enqueue_many(new_jobs);
     IF EXISTS (SELECT 1 FROM jsonb_array_elements(new_jobs) AS e(value)
                 WHERE e.value->>'state' IS DISTINCT FROM 'pending'
@@ -624,9 +608,11 @@ BEGIN
               LIMIT batch
               FOR UPDATE SKIP LOCKED)
         RETURNING id
+    ), unindexed AS (
+        -- Only ids clients gave have index rows.
+        DELETE FROM s3p.job_index i USING gone WHERE i.id = gone.id
     )
-    DELETE FROM s3p.job_index i USING gone WHERE i.id = gone.id;
-    GET DIAGNOSTICS n_removed = ROW_COUNT;
+    SELECT count(*) INTO n_removed FROM gone;
 
     RETURN QUERY SELECT n_released, n_expired, n_removed;
 END

@@ -2,6 +2,7 @@
 //! Both the HTTP and the gRPC adapter call these methods and only convert.
 
 pub mod access;
+pub mod admin;
 pub mod admin_system;
 pub mod browse;
 pub mod cron;
@@ -232,7 +233,7 @@ impl Service {
     /// Probes the database.
     pub async fn health(&self) -> Health {
         let started = Instant::now();
-        let probe = self.store.ping().await;
+        let probe = self.store.health_ping().await;
         Health {
             database_ok: probe.is_ok(),
             database_latency: started.elapsed(),

@@ -5,7 +5,7 @@ use serde_json::{Map, Value, json};
 use uuid::Uuid;
 
 use super::error::CoreError;
-use super::job::{EnqueueJob, JobTime, RetryPolicy};
+use super::job::{EnqueueJob, JobTime, RetryPolicy, mint_job_id};
 use crate::model::time::parse_duration_ms;
 
 /// Longest job type.
@@ -574,13 +574,13 @@ const SYSTEM_FIELDS: &[&str] = &[
 /// Validates a job to enqueue and returns its stored form (s3p.job field names).
 pub fn new_job_row(job: &EnqueueJob, now: DateTime<Utc>) -> Result<Value, CoreError> {
     check_job_type(&job.job_type)?;
-    let id = match &job.id {
-        Some(id) => parse_new_job_id(id)?,
-        None => Uuid::now_v7(),
-    };
-    let options = &job.options;
     let queue = job.queue().to_string();
     check_queue_name(&queue)?;
+    let (id, minted) = match &job.id {
+        Some(id) => (parse_new_job_id(id)?, false),
+        None => (mint_job_id(&queue), true),
+    };
+    let options = &job.options;
     let priority = options.priority.unwrap_or(0);
     if !PRIORITY_RANGE.contains(&priority) {
         return Err(CoreError::invalid(format!(
@@ -635,6 +635,8 @@ pub fn new_job_row(job: &EnqueueJob, now: DateTime<Utc>) -> Result<Value, CoreEr
     let rate = rate_limit(options.rate_limit.as_ref())?;
     let mut row = json!({
         "id": id,
+        // Minted ids carry their queue and need no s3p.job_index row (s3p.given_job_ids).
+        "id_minted": minted,
         "queue": queue,
         "type": job.job_type,
         "args": job.args,

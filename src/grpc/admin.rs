@@ -5,6 +5,7 @@ use std::sync::Arc;
 
 use tonic::{Request, Response, Status};
 
+use super::admin_jobs::AdminJobs;
 use super::convert::{from_struct, to_struct};
 use super::proto::pgvs3::v1 as pb;
 use super::proto::pgvs3::v1::admin_service_server::AdminService;
@@ -222,6 +223,65 @@ impl AdminService for AdminAdapter {
         )
     }
 
+    // --- OJS Admin API: queues, jobs, bulk, dead letters (conversions in `admin_jobs.rs`)
+
+    async fn list_admin_queues(
+        &self,
+        request: Request<pb::ListAdminQueuesRequest>,
+    ) -> Result<Response<pb::ListAdminQueuesResponse>, Status> {
+        AdminJobs(&self.service).list_queues(request).await
+    }
+
+    async fn get_admin_queue(
+        &self,
+        request: Request<pb::GetAdminQueueRequest>,
+    ) -> Result<Response<pb::GetAdminQueueResponse>, Status> {
+        AdminJobs(&self.service).get_queue(request).await
+    }
+
+    async fn purge_queue_jobs(
+        &self,
+        request: Request<pb::PurgeQueueJobsRequest>,
+    ) -> Result<Response<pb::PurgeQueueJobsResponse>, Status> {
+        AdminJobs(&self.service).purge_queue(request).await
+    }
+
+    async fn list_admin_jobs(
+        &self,
+        request: Request<pb::ListAdminJobsRequest>,
+    ) -> Result<Response<pb::ListAdminJobsResponse>, Status> {
+        AdminJobs(&self.service).list_jobs(request, false).await
+    }
+
+    async fn list_admin_dead_letters(
+        &self,
+        request: Request<pb::ListAdminJobsRequest>,
+    ) -> Result<Response<pb::ListAdminJobsResponse>, Status> {
+        AdminJobs(&self.service).list_jobs(request, true).await
+    }
+
+    async fn get_admin_job(
+        &self,
+        request: Request<pb::GetAdminJobRequest>,
+    ) -> Result<Response<pb::AdminJobResponse>, Status> {
+        AdminJobs(&self.service).get_job(request).await
+    }
+
+    async fn retry_admin_job(
+        &self,
+        request: Request<pb::RetryAdminJobRequest>,
+    ) -> Result<Response<pb::AdminJobResponse>, Status> {
+        AdminJobs(&self.service).retry_job(request).await
+    }
+
+    async fn bulk_jobs(
+        &self,
+        request: Request<pb::BulkJobsRequest>,
+    ) -> Result<Response<pb::BulkJobsResponse>, Status> {
+        AdminJobs(&self.service).bulk(request).await
+    }
+    // --- end of OJS Admin API: queues, jobs, bulk, dead letters
+
     // --- OJS Admin API: workers, stats, system (messages in grpc/admin_system.rs) ---
 
     async fn list_workers(
@@ -386,6 +446,7 @@ mod tests {
             max_stream_events: None,
             autovacuum: Some(autovacuum),
             mirror_job_events: false,
+            rate_limit_per_second: None,
             tick_max_events: 1000,
             tick_max_bytes: 4_194_304,
         });

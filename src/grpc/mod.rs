@@ -4,6 +4,7 @@
 //! reflection (v1 and v1alpha).
 
 mod admin;
+mod admin_jobs;
 mod admin_system;
 mod convert;
 mod error;

@@ -8,6 +8,7 @@ use crate::core::events::EventQuery;
 use crate::core::push::{self, Shutdown};
 use crate::core::stream::Receive;
 use crate::core::{AckJob, CoreError, FetchJobs, NackJob, QueueConfigChanges, Service, validate};
+use crate::model::admin::BulkAction;
 use crate::model::time::format_time;
 
 /// The HTTP binding of the service.
@@ -20,6 +21,11 @@ impl HttpAdapter {
     /// An adapter over `service`; its event streams end when `shutdown` fires.
     pub fn new(service: Arc<Service>, shutdown: Shutdown) -> Self {
         HttpAdapter { service, shutdown }
+    }
+
+    /// The Admin API's routes (`admin.rs`).
+    fn admin(&self) -> super::admin::AdminRoutes<'_> {
+        super::admin::AdminRoutes(&self.service)
     }
 }
 
@@ -888,6 +894,180 @@ impl api::HttpApi for HttpAdapter {
             revoked: true,
         }))
     }
+
+    // --- OJS Admin API: queues, jobs, bulk, dead letters (conversions in `admin.rs`)
+
+    async fn admin_list_queues(
+        &self,
+        ctx: RequestContext,
+        query: api::AdminListQueuesQuery,
+    ) -> Result<api::AdminListQueuesResponse, ApiError> {
+        self.admin().list_queues(ctx, query).await
+    }
+
+    async fn admin_get_queue(
+        &self,
+        ctx: RequestContext,
+        name: String,
+    ) -> Result<api::AdminGetQueueResponse, ApiError> {
+        self.admin().get_queue(ctx, name).await
+    }
+
+    async fn admin_pause_queue(
+        &self,
+        ctx: RequestContext,
+        name: String,
+        _body: Option<types::Empty>,
+    ) -> Result<api::AdminPauseQueueResponse, ApiError> {
+        let paused = self.admin().set_paused(ctx, name, true).await?;
+        Ok(api::AdminPauseQueueResponse::Ok(paused))
+    }
+
+    async fn admin_resume_queue(
+        &self,
+        ctx: RequestContext,
+        name: String,
+        _body: Option<types::Empty>,
+    ) -> Result<api::AdminResumeQueueResponse, ApiError> {
+        let paused = self.admin().set_paused(ctx, name, false).await?;
+        Ok(api::AdminResumeQueueResponse::Ok(paused))
+    }
+
+    async fn admin_purge_queue(
+        &self,
+        ctx: RequestContext,
+        name: String,
+        body: types::AdminPurgeRequest,
+    ) -> Result<api::AdminPurgeQueueResponse, ApiError> {
+        self.admin().purge_queue(ctx, name, body).await
+    }
+
+    async fn admin_set_queue_config(
+        &self,
+        ctx: RequestContext,
+        name: String,
+        body: types::AdminQueueConfigUpdate,
+    ) -> Result<api::AdminSetQueueConfigResponse, ApiError> {
+        self.admin().set_queue_config(ctx, name, body).await
+    }
+
+    async fn admin_list_jobs(
+        &self,
+        ctx: RequestContext,
+        query: api::AdminListJobsQuery,
+    ) -> Result<api::AdminListJobsResponse, ApiError> {
+        self.admin().list_jobs(ctx, query).await
+    }
+
+    async fn admin_get_job(
+        &self,
+        ctx: RequestContext,
+        id: String,
+    ) -> Result<api::AdminGetJobResponse, ApiError> {
+        self.admin().get_job(ctx, id).await
+    }
+
+    async fn admin_cancel_job(
+        &self,
+        ctx: RequestContext,
+        id: String,
+        _body: Option<types::Empty>,
+    ) -> Result<api::AdminCancelJobResponse, ApiError> {
+        self.admin().cancel_job(ctx, id).await
+    }
+
+    async fn admin_retry_job(
+        &self,
+        ctx: RequestContext,
+        id: String,
+        _body: Option<types::Empty>,
+    ) -> Result<api::AdminRetryJobResponse, ApiError> {
+        self.admin().retry_job(ctx, id).await
+    }
+
+    async fn admin_bulk_retry(
+        &self,
+        ctx: RequestContext,
+        body: types::AdminBulkRequest,
+    ) -> Result<api::AdminBulkRetryResponse, ApiError> {
+        let result = self.admin().bulk(ctx, BulkAction::Retry, body).await?;
+        Ok(api::AdminBulkRetryResponse::Ok(result))
+    }
+
+    async fn admin_bulk_cancel(
+        &self,
+        ctx: RequestContext,
+        body: types::AdminBulkRequest,
+    ) -> Result<api::AdminBulkCancelResponse, ApiError> {
+        let result = self.admin().bulk(ctx, BulkAction::Cancel, body).await?;
+        Ok(api::AdminBulkCancelResponse::Ok(result))
+    }
+
+    async fn admin_bulk_delete(
+        &self,
+        ctx: RequestContext,
+        body: types::AdminBulkRequest,
+    ) -> Result<api::AdminBulkDeleteResponse, ApiError> {
+        let result = self.admin().bulk(ctx, BulkAction::Delete, body).await?;
+        Ok(api::AdminBulkDeleteResponse::Ok(result))
+    }
+
+    async fn admin_list_dead_letters(
+        &self,
+        ctx: RequestContext,
+        query: api::AdminListDeadLettersQuery,
+    ) -> Result<api::AdminListDeadLettersResponse, ApiError> {
+        self.admin().list_dead_letters(ctx, query).await
+    }
+
+    async fn admin_purge_dead_letters(
+        &self,
+        ctx: RequestContext,
+        body: types::AdminDeadLetterPurge,
+    ) -> Result<api::AdminPurgeDeadLettersResponse, ApiError> {
+        self.admin().purge_dead_letters(ctx, body).await
+    }
+
+    async fn admin_dead_letter_stats(
+        &self,
+        ctx: RequestContext,
+    ) -> Result<api::AdminDeadLetterStatsResponse, ApiError> {
+        self.admin().dead_letter_stats(ctx).await
+    }
+
+    async fn admin_retry_dead_letters(
+        &self,
+        ctx: RequestContext,
+        body: types::AdminBulkRequest,
+    ) -> Result<api::AdminRetryDeadLettersResponse, ApiError> {
+        self.admin().retry_dead_letters(ctx, body).await
+    }
+
+    async fn admin_retry_dead_letter(
+        &self,
+        ctx: RequestContext,
+        id: String,
+        _body: Option<types::Empty>,
+    ) -> Result<api::AdminRetryDeadLetterResponse, ApiError> {
+        self.admin().retry_dead_letter(ctx, id).await
+    }
+
+    async fn admin_delete_dead_letter(
+        &self,
+        ctx: RequestContext,
+        id: String,
+    ) -> Result<api::AdminDeleteDeadLetterResponse, ApiError> {
+        self.admin().delete_dead_letter(ctx, id).await
+    }
+
+    async fn list_workflows(
+        &self,
+        ctx: RequestContext,
+        query: api::ListWorkflowsQuery,
+    ) -> Result<api::ListWorkflowsResponse, ApiError> {
+        self.admin().list_workflows(ctx, query).await
+    }
+    // --- end of OJS Admin API: queues, jobs, bulk, dead letters
 
     // --- OJS Admin API: workers, stats, system (conversions in http/admin_system.rs) ---
 

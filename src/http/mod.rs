@@ -1,6 +1,7 @@
 //! The OJS JSON-over-HTTP adapter: the router and trait generated from `openapi/pgvs3.yaml`, the
 //! extractors that answer bad input in the OJS error envelope, and the conversions to the core.
 
+mod admin;
 mod admin_system;
 mod convert;
 mod error;

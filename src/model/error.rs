@@ -78,7 +78,8 @@ impl ErrorKind {
     /// How many seconds a client should wait before trying again, where the protocol says so
     /// (`Retry-After` over HTTP, `retry-after` metadata over gRPC).
     pub fn retry_after_secs(self) -> Option<u32> {
-        (self == ErrorKind::RateLimited).then_some(1)
+        // The database is away (a restart, a failover): a second is about when to look again.
+        matches!(self, ErrorKind::RateLimited | ErrorKind::Unavailable).then_some(1)
     }
 }
 

@@ -288,6 +288,17 @@ pub struct EnqueueJob {
     pub trace_context: Option<TraceContext>,
 }
 
+/// A new job id the server mints for a job of `queue`: a UUIDv7 whose last three bytes are the
+/// queue's tag (the first three bytes of the SHA-256 of its name; `s3p.queue_id_tag` in SQL
+/// computes the same), so the database finds the job by its id without a cross-queue index.
+pub fn mint_job_id(queue: &str) -> Uuid {
+    use sha2::{Digest, Sha256};
+    let tag = Sha256::digest(queue.as_bytes());
+    let mut bytes = Uuid::now_v7().into_bytes();
+    bytes[13..16].copy_from_slice(&tag[..3]);
+    Uuid::from_bytes(bytes)
+}
+
 /// The queue of a job that names none.
 pub const DEFAULT_QUEUE: &str = "default";
 

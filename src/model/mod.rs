@@ -3,6 +3,7 @@
 //! database or a protocol lives here, so every layer may depend on it.
 
 pub mod access;
+pub mod admin;
 pub mod admin_system;
 pub mod error;
 pub mod events;

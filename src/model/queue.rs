@@ -34,6 +34,9 @@ pub struct QueueConfig {
     /// Whether job lifecycle events are also appended to the queue's stream.
     #[serde(default)]
     pub mirror_job_events: bool,
+    /// Claims per second the queue allows; none when absent.
+    #[serde(default)]
+    pub rate_limit_per_second: Option<f64>,
 }
 
 /// A queue's job counts by state, the last hour's figures and its stream's counts. Its JSON form

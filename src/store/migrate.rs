@@ -35,6 +35,11 @@ const MIGRATIONS: &[Migration] = &[
         include_str!("../../sql/011_worker_heartbeat.sql"),
     ),
     Migration(
+        12,
+        "admin_jobs",
+        include_str!("../../sql/012_admin_jobs.sql"),
+    ),
+    Migration(
         13,
         "admin_workers",
         include_str!("../../sql/013_admin_workers.sql"),
@@ -45,7 +50,7 @@ const MIGRATIONS: &[Migration] = &[
 struct Migration(i32, &'static str, &'static str);
 
 /// The queue schema template and its version; bump the version whenever the template changes.
-const QUEUE_TEMPLATE_VERSION: i32 = 18;
+const QUEUE_TEMPLATE_VERSION: i32 = 20;
 const QUEUE_TEMPLATE: &str = concat!(
     include_str!("../../sql/queue_template.sql"),
     include_str!("../../sql/stream_template.sql")

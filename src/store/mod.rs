@@ -1,11 +1,13 @@
 //! sqlx → PL/pgSQL: every operation is one SQL function call (`s3p`, or the queue's own
 //! `s3q_<q>` on the grouped hot path); SQLSTATEs become core errors.
 
+mod admin_jobs;
 pub mod admin_system;
 mod coalesce;
 mod conflicts;
 mod cron;
 mod grouped;
+pub mod hosts;
 pub mod migrate;
 mod routes;
 mod rows;
@@ -40,6 +42,8 @@ pub struct Store {
     /// This gateway's token cache, once started: its own revocations reach it at once, not
     /// only when the NOTIFY comes back.
     token_cache: std::sync::Arc<std::sync::OnceLock<std::sync::Arc<tokens::Shared>>>,
+    /// The host follower, when the URL names several hosts (see `hosts`).
+    follower: Option<std::sync::Arc<hosts::Follower>>,
 }
 
 /// One maintenance pass in this many also steps through queues whose jobs table waits for a
@@ -310,6 +314,14 @@ pub fn map_db_error(error: sqlx::Error) -> CoreError {
                 Some("PV422") => ErrorKind::ValidationError,
                 // read_only_sql_transaction: the database is a standby.
                 Some("25006") => ErrorKind::ReadOnly,
+                // admin/crash shutdown, cannot connect now (starting, in recovery), connection
+                // exceptions: the server went away or is not ready; a failover may be under way.
+                Some(code) if code.starts_with("57P") || code.starts_with("08") => {
+                    return CoreError::new(
+                        ErrorKind::Unavailable,
+                        format!("the database is unavailable: {}", db.message()),
+                    );
+                }
                 _ => {
                     tracing::error!(error = %db, "database error");
                     return CoreError::new(
@@ -357,22 +369,48 @@ impl Store {
         max_queues: i64,
         read_only: bool,
     ) -> Result<Store, CoreError> {
-        let read_only = if read_only { "on" } else { "off" };
-        let options: PgConnectOptions = url
-            .parse::<PgConnectOptions>()
-            .map_err(|e| CoreError::invalid(format!("DATABASE_URL is not a valid URL: {e}")))?
-            .options([
-                ("s3p.max_queues", max_queues.max(0).to_string()),
-                ("default_transaction_read_only", read_only.to_string()),
-            ])
-            // Each queue has its own prepared statements (claim, ack) on every connection.
-            .statement_cache_capacity(1024);
-        let pool = PgPoolOptions::new()
+        let hosts = hosts::Hosts::parse(url).map_err(CoreError::invalid)?;
+        let selects = hosts.selects();
+        // With several hosts a writable gateway leaves `default_transaction_read_only` to the
+        // server: the HA manager sets it on a node it is not yet sure may take writes.
+        let session = move |options: PgConnectOptions| {
+            let mut settings = vec![("s3p.max_queues", max_queues.max(0).to_string())];
+            if read_only || !selects {
+                let value = if read_only { "on" } else { "off" };
+                settings.push(("default_transaction_read_only", value.to_string()));
+            }
+            options
+                .options(settings)
+                // Each queue has its own prepared statements (claim, ack) on every connection.
+                .statement_cache_capacity(1024)
+        };
+        // While a failover is under way a request waits for a connection this long, then gets
+        // 503; with several hosts, shorter: the pool retries a refused host with a backoff of up
+        // to a fifth of it, which delays requests once the new primary is there.
+        let wait = if selects { 5 } else { 10 };
+        let pool_options = PgPoolOptions::new()
             .max_connections(max_connections)
-            .acquire_timeout(Duration::from_secs(10))
-            .connect_with(options)
-            .await
-            .map_err(map_db_error)?;
+            .acquire_timeout(Duration::from_secs(wait));
+        let (pool, follower) = if selects {
+            let want = if read_only {
+                hosts::Want::PreferStandby
+            } else {
+                hosts::Want::ReadWrite
+            };
+            let follower = hosts::Follower::new(hosts, want, session);
+            let pool = follower.connect(pool_options).await.map_err(map_db_error)?;
+            (pool, Some(follower))
+        } else {
+            let options = hosts
+                .first()
+                .cloned()
+                .ok_or_else(|| CoreError::invalid("DATABASE_URL names no host"))?;
+            let pool = pool_options
+                .connect_with(session(options))
+                .await
+                .map_err(map_db_error)?;
+            (pool, None)
+        };
         let signals = Signals::start(&pool).await?;
         let conflicts = std::sync::Arc::new(conflicts::Conflicts::default());
         let grouped = std::sync::Arc::new(grouped::Grouped::new(pool.clone(), conflicts.clone()));
@@ -383,6 +421,7 @@ impl Store {
             conflicts,
             due_marks: Default::default(),
             token_cache: Default::default(),
+            follower,
         })
     }
 
@@ -417,15 +456,23 @@ impl Store {
             return Ok(());
         }
         let (names, dues): (Vec<String>, Vec<DateTime<Utc>>) = marks.into_iter().unzip();
-        self.retry_conflicts(|| {
-            sqlx::query("SELECT s3p.mark_queues_due($1, $2)")
-                .bind(&names)
-                .bind(&dues)
-                .execute(&self.pool)
-        })
-        .await
-        .map(|_| ())
-        .map_err(map_db_error)
+        let flushed = self
+            .retry_conflicts(|| {
+                sqlx::query("SELECT s3p.mark_queues_due($1, $2)")
+                    .bind(&names)
+                    .bind(&dues)
+                    .execute(&self.pool)
+            })
+            .await;
+        if let Err(error) = flushed {
+            // The database was away (a restart, a failover): keep the marks for the next pass,
+            // else a lease that ends meanwhile waits for the slow look at every queue.
+            for (queue, at) in names.iter().zip(dues) {
+                self.mark_due(queue, at);
+            }
+            return Err(map_db_error(error));
+        }
+        Ok(())
     }
 
     /// Runs a one-statement operation, again when PostgreSQL aborted it to break a deadlock or a
@@ -463,12 +510,54 @@ impl Store {
     #[tracing::instrument(name = "db", skip_all, fields(op = "close"))]
     pub async fn close(&self) {
         self.signals.stop();
+        if let Some(follower) = &self.follower {
+            follower.stop();
+        }
         self.pool.close().await;
     }
 
     /// Stops the LISTEN connection's task, so a dropped server does not keep reconnecting it.
     pub fn stop_listening(&self) {
         self.signals.stop();
+        if let Some(follower) = &self.follower {
+            follower.stop();
+        }
+    }
+
+    /// Why the database cannot take this gateway's requests just now, when it follows several
+    /// hosts and none fits (a failover under way); `None` otherwise.
+    pub fn host_problem(&self) -> Option<String> {
+        let follower = self.follower.as_ref()?;
+        (!follower.fits()).then(|| {
+            format!(
+                "no database host is {} (last used: {}); a failover may be under way",
+                follower.wanted(),
+                follower.host()
+            )
+        })
+    }
+
+    /// A round trip bounded for health checks: following several hosts, a ping that waits for a
+    /// host (a failover) answers after 2 s instead of the pool's wait.
+    pub async fn health_ping(&self) -> Result<(), CoreError> {
+        if let Some(problem) = self.host_problem() {
+            return Err(CoreError::new(ErrorKind::Unavailable, problem));
+        }
+        if self.follower.is_none() {
+            return self.ping().await;
+        }
+        match tokio::time::timeout(Duration::from_secs(2), self.ping()).await {
+            Ok(answer) => answer,
+            Err(_) => Err(CoreError::new(
+                ErrorKind::Unavailable,
+                "the database did not answer within 2 s; a failover may be under way",
+            )),
+        }
+    }
+
+    /// The database host in use, as `host:port`, when the URL names several.
+    pub fn current_host(&self) -> Option<String> {
+        self.follower.as_ref().map(|f| f.host())
     }
 
     /// A trivial round trip.
@@ -528,11 +617,11 @@ impl Store {
         jobs(rows)
     }
 
-    /// The queues of the jobs among `ids` that exist (from `s3p.job_index`): what a scoped
-    /// token's by-id operation is checked against.
+    /// The queues of the jobs among `ids` that exist (`s3p.job_queues`): what a scoped token's
+    /// by-id operation is checked against.
     #[tracing::instrument(name = "db", skip_all, fields(op = "job_queues"))]
     pub async fn job_queues(&self, ids: &[Uuid]) -> Result<Vec<(Uuid, String)>, CoreError> {
-        sqlx::query_as("SELECT id, queue FROM s3p.job_index WHERE id = ANY ($1)")
+        sqlx::query_as("SELECT id, queue FROM s3p.job_queues($1)")
             .bind(ids)
             .fetch_all(&self.pool)
             .await
@@ -781,26 +870,6 @@ impl Store {
         Ok((jobs(rows)?, total))
     }
 
-    /// `s3p.jobs_page`: a queue's jobs in one state (or all), newest first.
-    #[tracing::instrument(name = "db", skip_all, fields(op = "jobs_page"))]
-    pub async fn jobs_page(
-        &self,
-        queue: &str,
-        state: Option<&str>,
-        after: Option<Uuid>,
-        limit: i32,
-    ) -> Result<Vec<Job>, CoreError> {
-        let rows = sqlx::query_as("SELECT * FROM s3p.jobs_page($1, $2, $3, $4)")
-            .bind(queue)
-            .bind(state)
-            .bind(after)
-            .bind(limit)
-            .fetch_all(&self.pool)
-            .await
-            .map_err(map_db_error)?;
-        jobs(rows)
-    }
-
     /// `s3p.job_events`: the retained events of one job, oldest first.
     #[tracing::instrument(name = "db", skip_all, fields(op = "job_events"))]
     pub async fn job_events(
@@ -821,15 +890,10 @@ impl Store {
             .map_err(map_db_error)
     }
 
-    /// `s3p.workflows_page`: the newest workflows with their progress.
-    #[tracing::instrument(name = "db", skip_all, fields(op = "workflows_page"))]
+    /// The newest workflows with their progress (the first page of `s3p.workflows_list`).
     pub async fn workflows_page(&self, scope: &Scope, limit: i32) -> Result<Value, CoreError> {
-        sqlx::query_scalar("SELECT s3p.workflows_page($1, $2)")
-            .bind(limit)
-            .bind(scope.like_patterns())
-            .fetch_one(&self.pool)
-            .await
-            .map_err(map_db_error)
+        let (items, _) = self.workflows_list(scope, None, 0, limit).await?;
+        Ok(Value::Array(items))
     }
 
     /// `s3p.retry_dead_letter`.

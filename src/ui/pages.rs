@@ -96,14 +96,19 @@ pub async fn queue(
         ui.allow(&headers, "queueStats", Some(&queue)).await?;
         let stats = ui.service.queue_stats(&queue).await?;
         let state = params.get("state").filter(|s| !s.is_empty()).cloned();
-        let after = params.get("after").filter(|s| !s.is_empty()).cloned();
-        let jobs = ui
+        let page = match params.get("page").filter(|p| !p.is_empty()) {
+            None => None,
+            Some(p) => Some(p.parse::<i64>().map_err(|_| {
+                CoreError::invalid(format!("page {p:?} is not a number"))
+                    .with_detail("field", "page".into())
+            })?),
+        };
+        let listed = ui
             .service
-            .list_jobs(&queue, state.as_deref(), after.as_deref(), JOBS_PER_PAGE)
+            .list_jobs(&queue, state.as_deref(), page, JOBS_PER_PAGE)
             .await?;
-        let next = (jobs.len() as i64 == JOBS_PER_PAGE)
-            .then(|| jobs.last().map(|j| j.id.to_string()))
-            .flatten();
+        let next = (listed.page * listed.per_page < listed.total).then_some(listed.page + 1);
+        let jobs = listed.items;
         Ok::<Page, UiError>((
             "queue.html",
             json!({
@@ -111,7 +116,7 @@ pub async fn queue(
                 "state": state,
                 "states": JOB_STATES.iter().map(|s| s.as_str()).collect::<Vec<_>>(),
                 "jobs": jobs.iter().map(views::job_row).collect::<Vec<_>>(),
-                "next_after": next,
+                "next_page": next,
             }),
         ))
     }

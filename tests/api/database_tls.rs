@@ -115,7 +115,7 @@ async fn pgvs3_reaches_postgres_over_verified_tls() {
         encrypted >= 2,
         "pgvs3's connections and this one: {encrypted}"
     );
-    let stored: i64 = sqlx::query_scalar("SELECT count(*) FROM s3p.job_index")
+    let stored: i64 = sqlx::query_scalar("SELECT count(*) FROM s3q_default.jobs")
         .fetch_one(&mut conn)
         .await
         .expect("jobs");

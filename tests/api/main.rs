@@ -11,6 +11,7 @@
 
 mod common;
 
+mod admin_jobs;
 mod admin_workers;
 mod advanced_parity;
 mod auth;
@@ -25,8 +26,10 @@ mod database_tls;
 mod event_mirror;
 mod event_rows;
 mod events_sse;
+mod failover;
 mod gateways;
 mod grpc_boundaries;
+mod job_ids;
 mod layering;
 mod lifecycle;
 mod lock_conflicts;

@@ -315,6 +315,7 @@ async fn standby_gateway_serves_reads_and_refuses_writes_while_the_primary_write
             .split('/')
             .map(|segment| match segment {
                 "{q}" => "replicated",
+                "{name}" if op.path.starts_with("/ojs/v1/admin/queues/") => "replicated",
                 s if s.starts_with('{') => id.as_str(),
                 s => s,
             })

@@ -5,6 +5,7 @@ pub mod certs;
 pub mod codes;
 pub mod db;
 pub mod grpc;
+pub mod ha;
 pub mod http;
 pub mod raw;
 pub mod tokens;
