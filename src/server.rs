@@ -297,6 +297,16 @@ pub async fn start(settings: ServerSettings) -> Result<RunningServer, StartError
             Ok(())
         });
     }
+    // The Admin API's tick: hands over the workers seen, steps the throughput rollup, follows
+    // maintenance mode and quiet workers (a read-only gateway claims nothing: it needs none).
+    if !settings.service.read_only {
+        let stop = shutdown.subscribe();
+        let service = service.clone();
+        tasks.spawn(async move {
+            crate::core::admin_system::run(service, stop).await;
+            Ok(())
+        });
+    }
     tracing::info!(%addr, ?grpc_addr, read_only = settings.service.read_only, auth = settings.auth, "pgvs3 serving HTTP and gRPC");
     Ok(RunningServer {
         addr,

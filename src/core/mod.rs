@@ -3,6 +3,7 @@
 
 pub mod access;
 pub mod admin;
+pub mod admin_system;
 pub mod browse;
 pub mod cron;
 pub use crate::model::error;
@@ -120,6 +121,7 @@ pub struct Service {
     totals: MaintenanceTotals,
     open_streams: std::sync::Arc<std::sync::atomic::AtomicUsize>,
     timings: timings::JobTimings,
+    admin: admin_system::AdminState,
 }
 
 /// One open long-lived stream, counted against `max_streams` until dropped.
@@ -158,6 +160,7 @@ impl Service {
             totals: MaintenanceTotals::default(),
             open_streams: Default::default(),
             timings: Default::default(),
+            admin: Default::default(),
         }
     }
 
@@ -215,6 +218,8 @@ impl Service {
                 "long-poll-fetch",
                 "streams",
                 "queue-namespaces",
+                // The OJS Admin API (spec/ojs-admin-api.md) under /ojs/v1/admin/.
+                "urn:ojs:ext:admin-api",
             ],
             limits: json!({
                 "max_body_bytes": self.settings.max_body_bytes,
@@ -385,6 +390,17 @@ impl Service {
             .with_detail("field", "wait_ms".into()));
         }
         let deadline = tokio::time::Instant::now() + Duration::from_millis(wait_ms as u64);
+        if let Some(worker) = &request.worker_id {
+            self.admin.note(worker, &request.queues, false);
+        }
+        // Maintenance mode: no job leaves; a long poll waits out its time (no busy loop).
+        if self.admin.in_maintenance() {
+            if let Some(release) = before_wait.take() {
+                release();
+            }
+            tokio::time::sleep_until(deadline).await;
+            return Ok(Vec::new());
+        }
         // Subscribe before the first claim so an enqueue between claim and wait is not missed.
         let mut wakeups = self.store.signals().subscribe();
         loop {
@@ -568,6 +584,7 @@ impl Service {
             request.visibility_timeout_ms,
             |ms| CoreError::invalid(format!("visibility_timeout_ms must be positive, not {ms}")),
         )?;
+        validate::check_text("worker_id", &request.worker_id)?;
         // A heartbeat naming no job speaks for every job the worker holds.
         let extended = if ids.is_empty() {
             if token.is_some() {
@@ -588,7 +605,7 @@ impl Service {
             }
             if ids.is_empty() {
                 return Ok(HeartbeatOutcome {
-                    directive: WorkerDirective::Running,
+                    directive: self.registry_directive(scope, &request.worker_id, false),
                     extended: Vec::new(),
                 });
             }
@@ -624,7 +641,8 @@ impl Service {
                 _ => WorkerDirective::Running,
             })
             .max()
-            .unwrap_or(WorkerDirective::Running);
+            .unwrap_or(WorkerDirective::Running)
+            .max(self.registry_directive(scope, &request.worker_id, !extended.is_empty()));
         Ok(HeartbeatOutcome {
             directive,
             extended: extended
@@ -632,6 +650,21 @@ impl Service {
                 .map(|(id, _, until)| (id, until))
                 .collect(),
         })
+    }
+
+    /// Notes a heartbeat in the worker registry and says `quiet` when the Admin API asked so.
+    /// Only a heartbeat whose token sees every queue, or that extended a lease, speaks for its
+    /// worker: a scoped token cannot keep another scope's worker alive or learn its state.
+    fn registry_directive(&self, scope: &Scope, worker: &str, extended: bool) -> WorkerDirective {
+        if !(scope.is_all() || extended) {
+            return WorkerDirective::Running;
+        }
+        self.admin.note(worker, &[], true);
+        if self.admin.is_quiet(worker) {
+            WorkerDirective::Quiet
+        } else {
+            WorkerDirective::Running
+        }
     }
 
     /// Makes a pending job available.
@@ -720,6 +753,10 @@ impl Service {
             for step in &report.failed_steps {
                 *failures.entry(step.clone()).or_insert(0) += 1;
             }
+        }
+        // The throughput rollup follows the event log beside the pass (one gateway at a time).
+        if let Err(error) = self.stats_rollup().await {
+            tracing::warn!(%error, "the throughput rollup failed");
         }
         Ok(report)
     }

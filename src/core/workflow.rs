@@ -447,6 +447,10 @@ impl Service {
     /// Fires every due cron slot (each exactly once across gateways); returns how many jobs it
     /// enqueued.
     pub async fn fire_due_crons(&self) -> Result<usize, CoreError> {
+        // Maintenance mode: due slots wait, and fire once it ends.
+        if self.admin_state().in_maintenance() {
+            return Ok(0);
+        }
         let now = Utc::now();
         let mut fired = 0;
         for entry in self.store.due_crons(100).await? {

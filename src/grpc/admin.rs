@@ -9,7 +9,7 @@ use super::admin_jobs::AdminJobs;
 use super::convert::{from_struct, to_struct};
 use super::proto::pgvs3::v1 as pb;
 use super::proto::pgvs3::v1::admin_service_server::AdminService;
-use super::{admit_queues, answer, request_id};
+use super::{admin_system, admit_queues, answer, request_id};
 use crate::core::{CoreError, QueueConfig, QueueConfigChanges, Service};
 
 /// The gRPC binding of queue administration.
@@ -281,6 +281,129 @@ impl AdminService for AdminAdapter {
         AdminJobs(&self.service).bulk(request).await
     }
     // --- end of OJS Admin API: queues, jobs, bulk, dead letters
+
+    // --- OJS Admin API: workers, stats, system (messages in grpc/admin_system.rs) ---
+
+    async fn list_workers(
+        &self,
+        request: Request<pb::ListWorkersRequest>,
+    ) -> Result<Response<pb::ListWorkersResponse>, Status> {
+        let id = request_id(&request);
+        let scope = super::convert::scope(&request);
+        let r = request.into_inner();
+        let result = self
+            .service
+            .list_workers(&scope, (r.page != 0).then_some(r.page), Some(r.per_page))
+            .await;
+        answer(&id, result.map(|page| admin_system::worker_list(&page)))
+    }
+
+    async fn get_worker(
+        &self,
+        request: Request<pb::GetWorkerRequest>,
+    ) -> Result<Response<pb::GetWorkerResponse>, Status> {
+        let id = request_id(&request);
+        let scope = super::convert::scope(&request);
+        let worker = request.into_inner().id;
+        let result = self.service.get_worker(&scope, &worker).await;
+        answer(
+            &id,
+            result.map(|w| pb::GetWorkerResponse {
+                worker: Some(admin_system::worker(&w, true)),
+            }),
+        )
+    }
+
+    async fn quiet_worker(
+        &self,
+        request: Request<pb::QuietWorkerRequest>,
+    ) -> Result<Response<pb::QuietWorkerResponse>, Status> {
+        let id = request_id(&request);
+        let scope = super::convert::scope(&request);
+        let worker = request.into_inner().id;
+        let result = self.service.quiet_worker(&scope, &worker).await;
+        answer(
+            &id,
+            result.map(|w| pb::QuietWorkerResponse {
+                worker: Some(admin_system::worker(&w, true)),
+            }),
+        )
+    }
+
+    async fn deregister_worker(
+        &self,
+        request: Request<pb::DeregisterWorkerRequest>,
+    ) -> Result<Response<pb::DeregisterWorkerResponse>, Status> {
+        let id = request_id(&request);
+        let scope = super::convert::scope(&request);
+        let r = request.into_inner();
+        let result = self.service.deregister_worker(&scope, &r.id, r.force).await;
+        answer(
+            &id,
+            result.map(|released| pb::DeregisterWorkerResponse {
+                id: r.id,
+                deregistered: true,
+                released_jobs: released,
+            }),
+        )
+    }
+
+    async fn get_stats(
+        &self,
+        request: Request<pb::GetStatsRequest>,
+    ) -> Result<Response<pb::GetStatsResponse>, Status> {
+        let id = request_id(&request);
+        let scope = super::convert::scope(&request);
+        let result = self.service.aggregate_stats(&scope).await;
+        answer(&id, result.map(|s| admin_system::stats(&s)))
+    }
+
+    async fn get_stats_history(
+        &self,
+        request: Request<pb::GetStatsHistoryRequest>,
+    ) -> Result<Response<pb::GetStatsHistoryResponse>, Status> {
+        let id = request_id(&request);
+        let scope = super::convert::scope(&request);
+        let r = request.into_inner();
+        let result = async {
+            let wanted = crate::core::admin_system::stats::history_query(
+                &scope,
+                Some(&r.period),
+                Some(&r.since),
+                Some(&r.until),
+                Some(&r.queue),
+            )?;
+            let points = self.service.stats_history(&scope, &wanted).await?;
+            Ok(admin_system::history(&wanted.period, &points))
+        }
+        .await;
+        answer(&id, result)
+    }
+
+    async fn get_maintenance(
+        &self,
+        request: Request<pb::GetMaintenanceRequest>,
+    ) -> Result<Response<pb::MaintenanceStatus>, Status> {
+        let id = request_id(&request);
+        let result = self.service.maintenance().await;
+        answer(&id, result.map(|m| admin_system::maintenance(&m)))
+    }
+
+    async fn set_maintenance(
+        &self,
+        request: Request<pb::SetMaintenanceRequest>,
+    ) -> Result<Response<pb::MaintenanceStatus>, Status> {
+        let id = request_id(&request);
+        let r = request.into_inner();
+        let change = crate::core::admin_system::system::MaintenanceChange {
+            enabled: r.enabled,
+            reason: (!r.reason.is_empty()).then_some(r.reason),
+            estimated_duration: (!r.estimated_duration.is_empty()).then_some(r.estimated_duration),
+            estimated_end: (!r.estimated_end.is_empty()).then_some(r.estimated_end),
+        };
+        let result = self.service.set_maintenance(change).await;
+        answer(&id, result.map(|m| admin_system::maintenance(&m)))
+    }
 }
 
 /// A token as listed (never the token itself).

@@ -485,6 +485,7 @@ pub fn cron_entry(c: &CronEntry) -> pb::CronEntry {
         }),
         next_run_at: c.next_run_at.as_ref().map(timestamp),
         last_run_at: c.last_run_at.as_ref().map(timestamp),
+        status: c.status().to_string(),
     }
 }
 

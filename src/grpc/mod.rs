@@ -5,6 +5,7 @@
 
 mod admin;
 mod admin_jobs;
+mod admin_system;
 mod convert;
 mod error;
 mod health;

@@ -459,6 +459,7 @@ pub fn cron(c: &CronEntry) -> types::CronEntry {
         timezone: c.timezone.clone(),
         overlap_policy: c.overlap_policy.clone(),
         enabled: c.enabled,
+        status: c.status().to_string(),
         next_run_at: c.next_run_at.as_ref().map(format_time),
         last_run_at: c.last_run_at.as_ref().map(format_time),
         created_at: format_time(&c.created_at),

@@ -1068,4 +1068,182 @@ impl api::HttpApi for HttpAdapter {
         self.admin().list_workflows(ctx, query).await
     }
     // --- end of OJS Admin API: queues, jobs, bulk, dead letters
+
+    // --- OJS Admin API: workers, stats, system (conversions in http/admin_system.rs) ---
+
+    async fn admin_list_workers(
+        &self,
+        ctx: RequestContext,
+        query: api::AdminListWorkersQuery,
+    ) -> Result<api::AdminListWorkersResponse, ApiError> {
+        let page = self
+            .service
+            .list_workers(&ctx.scope(), query.page, query.per_page)
+            .await?;
+        Ok(api::AdminListWorkersResponse::Ok(
+            super::admin_system::worker_list(&page),
+        ))
+    }
+
+    async fn admin_get_worker(
+        &self,
+        ctx: RequestContext,
+        id: String,
+    ) -> Result<api::AdminGetWorkerResponse, ApiError> {
+        let worker = self.service.get_worker(&ctx.scope(), &id).await?;
+        Ok(api::AdminGetWorkerResponse::Ok(
+            super::admin_system::worker(&worker, true),
+        ))
+    }
+
+    async fn admin_deregister_worker(
+        &self,
+        ctx: RequestContext,
+        id: String,
+        query: api::AdminDeregisterWorkerQuery,
+    ) -> Result<api::AdminDeregisterWorkerResponse, ApiError> {
+        let released = self
+            .service
+            .deregister_worker(&ctx.scope(), &id, query.force.unwrap_or(false))
+            .await?;
+        Ok(api::AdminDeregisterWorkerResponse::Ok(
+            types::AdminWorkerDeregistered {
+                id,
+                deregistered: true,
+                released_jobs: released,
+            },
+        ))
+    }
+
+    async fn admin_quiet_worker(
+        &self,
+        ctx: RequestContext,
+        id: String,
+        _body: Option<types::Empty>,
+    ) -> Result<api::AdminQuietWorkerResponse, ApiError> {
+        let worker = self.service.quiet_worker(&ctx.scope(), &id).await?;
+        Ok(api::AdminQuietWorkerResponse::Ok(
+            super::admin_system::worker(&worker, true),
+        ))
+    }
+
+    async fn admin_stats(&self, ctx: RequestContext) -> Result<api::AdminStatsResponse, ApiError> {
+        let stats = self.service.aggregate_stats(&ctx.scope()).await?;
+        Ok(api::AdminStatsResponse::Ok(super::admin_system::stats(
+            &stats,
+        )))
+    }
+
+    async fn admin_stats_history(
+        &self,
+        ctx: RequestContext,
+        query: api::AdminStatsHistoryQuery,
+    ) -> Result<api::AdminStatsHistoryResponse, ApiError> {
+        let scope = ctx.scope();
+        let wanted = crate::core::admin_system::stats::history_query(
+            &scope,
+            query.period.as_deref(),
+            query.since.as_deref(),
+            query.until.as_deref(),
+            query.queue.as_deref(),
+        )?;
+        let points = self.service.stats_history(&scope, &wanted).await?;
+        Ok(api::AdminStatsHistoryResponse::Ok(
+            super::admin_system::history(&wanted, &points),
+        ))
+    }
+
+    async fn admin_get_maintenance(
+        &self,
+        _ctx: RequestContext,
+    ) -> Result<api::AdminGetMaintenanceResponse, ApiError> {
+        let state = self.service.maintenance().await?;
+        Ok(api::AdminGetMaintenanceResponse::Ok(
+            super::admin_system::maintenance(&state),
+        ))
+    }
+
+    async fn admin_set_maintenance(
+        &self,
+        _ctx: RequestContext,
+        body: types::AdminMaintenanceRequest,
+    ) -> Result<api::AdminSetMaintenanceResponse, ApiError> {
+        let state = self
+            .service
+            .set_maintenance(crate::core::admin_system::system::MaintenanceChange {
+                enabled: body.enabled,
+                reason: body.reason,
+                estimated_duration: body.estimated_duration.or(body.duration),
+                estimated_end: body.estimated_end,
+            })
+            .await?;
+        Ok(api::AdminSetMaintenanceResponse::Ok(
+            super::admin_system::maintenance(&state),
+        ))
+    }
+
+    async fn admin_system_config(
+        &self,
+        _ctx: RequestContext,
+    ) -> Result<api::AdminSystemConfigResponse, ApiError> {
+        let mut extra = self.service.public_config();
+        let version = extra
+            .remove("version")
+            .and_then(|v| v.as_str().map(str::to_string))
+            .unwrap_or_default();
+        Ok(api::AdminSystemConfigResponse::Ok(
+            types::AdminSystemConfig { version, extra },
+        ))
+    }
+
+    async fn admin_list_crons(
+        &self,
+        ctx: RequestContext,
+        query: api::AdminListCronsQuery,
+    ) -> Result<api::AdminListCronsResponse, ApiError> {
+        let page = self
+            .service
+            .cron_page(&ctx.scope(), query.page, query.per_page)
+            .await?;
+        Ok(api::AdminListCronsResponse::Ok(
+            super::admin_system::cron_list(&page),
+        ))
+    }
+
+    async fn admin_get_cron(
+        &self,
+        ctx: RequestContext,
+        name: String,
+    ) -> Result<api::AdminGetCronResponse, ApiError> {
+        let entry = self.service.get_cron(&ctx.scope(), &name).await?;
+        Ok(api::AdminGetCronResponse::Ok(super::admin_system::cron(
+            &entry,
+        )))
+    }
+
+    async fn admin_set_cron_enabled(
+        &self,
+        ctx: RequestContext,
+        name: String,
+        body: types::AdminCronPatch,
+    ) -> Result<api::AdminSetCronEnabledResponse, ApiError> {
+        let entry = self
+            .service
+            .set_cron_enabled(&ctx.scope(), &name, body.enabled)
+            .await?;
+        Ok(api::AdminSetCronEnabledResponse::Ok(
+            super::admin_system::cron(&entry),
+        ))
+    }
+
+    async fn admin_delete_cron(
+        &self,
+        ctx: RequestContext,
+        name: String,
+    ) -> Result<api::AdminDeleteCronResponse, ApiError> {
+        let entry = self.service.unregister_cron(&ctx.scope(), &name).await?;
+        Ok(api::AdminDeleteCronResponse::Ok(super::admin_system::cron(
+            &entry,
+        )))
+    }
 }

@@ -2,6 +2,7 @@
 //! extractors that answer bad input in the OJS error envelope, and the conversions to the core.
 
 mod admin;
+mod admin_system;
 mod convert;
 mod error;
 mod extract;

@@ -4,6 +4,7 @@
 
 pub mod access;
 pub mod admin;
+pub mod admin_system;
 pub mod error;
 pub mod events;
 pub mod job;

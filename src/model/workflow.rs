@@ -30,6 +30,11 @@ pub struct CronEntry {
 }
 
 impl CronEntry {
+    /// `active` or `paused` (from `enabled`), the status field the OJS SDKs read.
+    pub fn status(&self) -> &'static str {
+        if self.enabled { "active" } else { "paused" }
+    }
+
     /// The job template with the options that were set (stored templates hold every option,
     /// null when unset).
     pub fn template(&self) -> serde_json::Map<String, Value> {

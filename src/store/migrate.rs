@@ -39,6 +39,11 @@ const MIGRATIONS: &[Migration] = &[
         "admin_jobs",
         include_str!("../../sql/012_admin_jobs.sql"),
     ),
+    Migration(
+        13,
+        "admin_workers",
+        include_str!("../../sql/013_admin_workers.sql"),
+    ),
 ];
 
 /// One migration: version, name, SQL.

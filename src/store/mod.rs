@@ -2,6 +2,7 @@
 //! `s3q_<q>` on the grouped hot path); SQLSTATEs become core errors.
 
 mod admin_jobs;
+pub mod admin_system;
 mod coalesce;
 mod conflicts;
 mod cron;

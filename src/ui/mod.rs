@@ -30,7 +30,7 @@ pub struct UiState {
 }
 
 /// The templates, compiled into the binary.
-const TEMPLATES: [(&str, &str); 12] = [
+const TEMPLATES: [(&str, &str); 13] = [
     ("layout.html", include_str!("templates/layout.html")),
     ("error.html", include_str!("templates/error.html")),
     ("login.html", include_str!("templates/login.html")),
@@ -46,6 +46,7 @@ const TEMPLATES: [(&str, &str); 12] = [
     ("cron.html", include_str!("templates/cron.html")),
     ("workflows.html", include_str!("templates/workflows.html")),
     ("workflow.html", include_str!("templates/workflow.html")),
+    ("workers.html", include_str!("templates/workers.html")),
 ];
 
 /// Why a page could not be shown.
@@ -176,6 +177,7 @@ pub fn router(
             post(pages::replay_stream_dead_letter),
         )
         .route("/ui/cron", get(pages::cron))
+        .route("/ui/workers", get(pages::workers))
         .route("/ui/workflows", get(pages::workflows))
         .route("/ui/workflows/{id}", get(pages::workflow))
         .route_layer(guard)

@@ -285,6 +285,39 @@ pub async fn cron(State(ui): State<Arc<UiState>>, headers: HeaderMap) -> Respons
     ui.render(page)
 }
 
+/// `/ui/workers`: the worker registry, maintenance mode and throughput, read through the same
+/// core calls as the Admin API (`adminListWorkers`, `adminStats`).
+pub async fn workers(State(ui): State<Arc<UiState>>, headers: HeaderMap) -> Response {
+    let page = async {
+        let grant = ui.allow(&headers, "adminListWorkers", None).await?;
+        let scope = scope(&grant);
+        let list = ui.service.list_workers(&scope, Some(1), Some(100)).await?;
+        let stats = ui.service.aggregate_stats(&scope).await?;
+        let maintenance = ui.service.maintenance().await?;
+        Ok::<Page, UiError>((
+            "workers.html",
+            json!({
+                "workers": list.items.iter().map(views::worker).collect::<Vec<_>>(),
+                "summary": {
+                    "total": list.counts.total,
+                    "running": list.counts.running,
+                    "quiet": list.counts.quiet,
+                    "stale": list.counts.stale,
+                },
+                "processed_per_minute": format!("{:.1}", stats.processed_per_minute),
+                "failed_per_minute": format!("{:.1}", stats.failed_per_minute),
+                "maintenance": {
+                    "enabled": maintenance.enabled,
+                    "reason": maintenance.reason,
+                    "enabled_at": maintenance.enabled_at.as_ref().map(views::time),
+                },
+            }),
+        ))
+    }
+    .await;
+    ui.render(page)
+}
+
 /// `/ui/workflows`: the newest workflows.
 pub async fn workflows(State(ui): State<Arc<UiState>>, headers: HeaderMap) -> Response {
     let page = async {

@@ -187,6 +187,19 @@ pub fn cron(c: &CronEntry) -> Value {
     })
 }
 
+/// A worker of the registry.
+pub fn worker(w: &crate::model::admin_system::WorkerInfo) -> Value {
+    json!({
+        "id": w.id,
+        "state": w.state,
+        "queues": w.queues,
+        "active_jobs": w.active_jobs,
+        "last_seen_at": time(&w.last_seen_at),
+        "last_heartbeat_at": opt_time(&w.last_heartbeat_at),
+        "started_at": time(&w.started_at),
+    })
+}
+
 /// A workflow with its steps, each naming the steps it waits for by id.
 pub fn workflow(w: &Workflow) -> Value {
     json!({

@@ -416,6 +416,9 @@ async fn fixture() -> (common::TestApp, Tokens, Vault) {
         .await
         .expect("tokens");
     let vault = plant(&app, &tokens.admin).await;
+    // The gateway hands the workers the planting saw to the registry on its next tick (0.5 s):
+    // let that land before the matrix's snapshot.
+    tokio::time::sleep(std::time::Duration::from_millis(1200)).await;
     (app, tokens, vault)
 }
 

@@ -12,6 +12,7 @@
 mod common;
 
 mod admin_jobs;
+mod admin_workers;
 mod advanced_parity;
 mod auth;
 mod auth_matrix;

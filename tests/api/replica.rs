@@ -324,8 +324,13 @@ async fn standby_gateway_serves_reads_and_refuses_writes_while_the_primary_write
             .collect::<Vec<_>>()
             .join("/");
         let (status, answer) = get(&client, &standby_base, &path).await;
-        // The job id stands in for every id; a batch or workflow of that id is not found.
-        let expected = if path.contains("/batches/") || path.contains("/workflows/") {
+        // The job id stands in for every id; a batch, workflow, worker or cron entry of that id
+        // is not found.
+        let expected = if path.contains("/batches/")
+            || path.contains("/workflows/")
+            || path.contains("/admin/workers/")
+            || path.contains("/crons/")
+        {
             StatusCode::NOT_FOUND
         } else {
             StatusCode::OK
