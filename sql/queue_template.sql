@@ -169,7 +169,11 @@ DECLARE
     is_paused boolean;
     per_second float8;
 BEGIN
-    SELECT q.paused, (q.settings->>'rate_limit_per_second')::float8 INTO is_paused, per_second
+    -- Maintenance mode (the Admin API's, s3p.system_state) holds every queue, read in the same
+    -- statement as the queue's own pause: a claim that starts after it is turned on gets nothing,
+    -- on every gateway at once.
+    SELECT q.paused OR coalesce((SELECT s.maintenance FROM s3p.system_state s WHERE s.id), false),
+           (q.settings->>'rate_limit_per_second')::float8 INTO is_paused, per_second
       FROM s3p.queues q WHERE q.name = queue_name;
     IF NOT FOUND OR is_paused OR wanted = 0 THEN
         RETURN;

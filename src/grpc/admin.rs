@@ -394,6 +394,7 @@ impl AdminService for AdminAdapter {
         request: Request<pb::SetMaintenanceRequest>,
     ) -> Result<Response<pb::MaintenanceStatus>, Status> {
         let id = request_id(&request);
+        let scope = super::convert::scope(&request);
         let r = request.into_inner();
         let change = crate::core::admin_system::system::MaintenanceChange {
             enabled: r.enabled,
@@ -401,7 +402,7 @@ impl AdminService for AdminAdapter {
             estimated_duration: (!r.estimated_duration.is_empty()).then_some(r.estimated_duration),
             estimated_end: (!r.estimated_end.is_empty()).then_some(r.estimated_end),
         };
-        let result = self.service.set_maintenance(change).await;
+        let result = self.service.set_maintenance(&scope, change).await;
         answer(&id, result.map(|m| admin_system::maintenance(&m)))
     }
 }

@@ -1165,17 +1165,20 @@ impl api::HttpApi for HttpAdapter {
 
     async fn admin_set_maintenance(
         &self,
-        _ctx: RequestContext,
+        ctx: RequestContext,
         body: types::AdminMaintenanceRequest,
     ) -> Result<api::AdminSetMaintenanceResponse, ApiError> {
         let state = self
             .service
-            .set_maintenance(crate::core::admin_system::system::MaintenanceChange {
-                enabled: body.enabled,
-                reason: body.reason,
-                estimated_duration: body.estimated_duration.or(body.duration),
-                estimated_end: body.estimated_end,
-            })
+            .set_maintenance(
+                &ctx.scope(),
+                crate::core::admin_system::system::MaintenanceChange {
+                    enabled: body.enabled,
+                    reason: body.reason,
+                    estimated_duration: body.estimated_duration.or(body.duration),
+                    estimated_end: body.estimated_end,
+                },
+            )
             .await?;
         Ok(api::AdminSetMaintenanceResponse::Ok(
             super::admin_system::maintenance(&state),

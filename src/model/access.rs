@@ -178,6 +178,19 @@ impl Scope {
         }
     }
 
+    /// `forbidden` unless the scope covers every queue: `what` acts on all of them at once (a
+    /// token scoped to some queues may not stop delivery of the others).
+    pub fn require_all(&self, what: &str) -> Result<(), CoreError> {
+        if self.is_all() {
+            Ok(())
+        } else {
+            Err(CoreError::new(
+                ErrorKind::Forbidden,
+                format!("{what} acts on every queue: it needs a token scoped to all queues"),
+            ))
+        }
+    }
+
     /// Whether a grant's scope lies within this one (every pattern of it matches only queues this
     /// scope covers): a token may only create tokens within its own scope.
     pub fn contains(&self, other: &Scope) -> bool {

@@ -558,6 +558,7 @@ async fn maintenance_mode_holds_across_two_gateways() {
     let off = ha.get_200("/ojs/v1/admin/system/maintenance").await;
     assert_eq!(off["maintenance"], false);
     assert_eq!(off["enabled"], false);
+    hb.enqueue("aw-early", "m.early", 1).await;
 
     let on = ha
         .ok_post(
@@ -566,6 +567,9 @@ async fn maintenance_mode_holds_across_two_gateways() {
         )
         .await;
     assert_eq!(on["maintenance"], true, "{on}");
+    // At once on the other gateway too (its claims read the mode in the database), not after
+    // its next tick.
+    assert!(hb.fetch("aw-early", "w-b", 5).await.is_empty());
     assert_eq!(on["enabled"], true);
     assert_eq!(on["reason"], "database migration");
     assert!(
@@ -834,6 +838,15 @@ async fn scopes_and_roles_apply_to_every_admin_route() {
             .await;
         assert_eq!(status, StatusCode::FORBIDDEN, "{method} {path}: {answer}");
     }
+    assert_eq!(
+        reader.get_200("/ojs/v1/admin/system/maintenance").await["maintenance"],
+        false
+    );
+    // Maintenance mode holds every queue: an admin scoped to some may not switch it.
+    let (status, answer) = scoped_admin
+        .post("/ojs/v1/admin/system/maintenance", json!({"enabled": true}))
+        .await;
+    assert_eq!(status, StatusCode::FORBIDDEN, "{answer}");
     assert_eq!(
         reader.get_200("/ojs/v1/admin/system/maintenance").await["maintenance"],
         false

@@ -4,6 +4,7 @@ use chrono::{DateTime, Utc};
 use serde_json::{Map, Value, json};
 
 use crate::core::{CoreError, Service, validate};
+use crate::model::access::Scope;
 use crate::model::admin_system::MaintenanceState;
 use crate::model::time::{parse_flexible_duration_ms, parse_time};
 
@@ -61,8 +62,10 @@ impl Service {
     /// waits (scheduled jobs are promoted by fetches, so they wait too); enqueues go on.
     pub async fn set_maintenance(
         &self,
+        scope: &Scope,
         change: MaintenanceChange,
     ) -> Result<MaintenanceState, CoreError> {
+        scope.require_all("maintenance mode")?;
         if let Some(reason) = &change.reason {
             validate::check_text("reason", reason)?;
             if reason.len() > MAX_REASON {
