@@ -224,7 +224,7 @@ fn rate_per_second(value: &Value) -> Result<Value, CoreError> {
     };
     let per_second = limit * 1000.0 / period_ms as f64;
     // Below one claim a day a queue is frozen, not limited: pause it instead.
-    if !(per_second.is_finite() && per_second >= 1.0 / 86_400.0 && per_second <= 1e9) {
+    if !(per_second.is_finite() && (1.0 / 86_400.0..=1e9).contains(&per_second)) {
         return Err(invalid(
             "rate_limit",
             format!(
