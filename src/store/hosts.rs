@@ -38,6 +38,16 @@ pub struct Hosts {
     attrs_given: bool,
 }
 
+/// The values libpq accepts for `target_session_attrs`.
+const TARGET_SESSION_ATTRS: [&str; 6] = [
+    "any",
+    "read-write",
+    "read-only",
+    "primary",
+    "standby",
+    "prefer-standby",
+];
+
 impl Hosts {
     /// Splits `scheme://[user[:password]@]host[:port][,host[:port]...][/db][?params]` into one
     /// URL per host; `target_session_attrs` is dropped from the parameters (the gateway's role
@@ -57,15 +67,22 @@ impl Hosts {
             None => (tail, None),
         };
         let mut attrs_given = false;
-        let kept: Vec<&str> = query
-            .into_iter()
-            .flat_map(|q| q.split('&'))
-            .filter(|pair| {
-                let attrs = pair.starts_with("target_session_attrs=");
-                attrs_given |= attrs;
-                !attrs && !pair.is_empty()
-            })
-            .collect();
+        let mut kept: Vec<&str> = Vec::new();
+        for pair in query.into_iter().flat_map(|q| q.split('&')) {
+            match pair.strip_prefix("target_session_attrs=") {
+                // libpq's values; the gateway's role decides which server it wants, but a
+                // misspelled value is refused as libpq refuses it.
+                Some(value) if TARGET_SESSION_ATTRS.contains(&value) => attrs_given = true,
+                Some(value) => {
+                    return Err(format!(
+                        "DATABASE_URL: target_session_attrs={value:?} is not one of {}",
+                        TARGET_SESSION_ATTRS.join(", ")
+                    ));
+                }
+                None if !pair.is_empty() => kept.push(pair),
+                None => {}
+            }
+        }
         let query = if kept.is_empty() {
             String::new()
         } else {
@@ -334,14 +351,12 @@ impl Follower {
             };
             match (self.want, role) {
                 (_, Some(role)) if role.fits(self.want) => self.mark(host, true),
-                // A read-only gateway on a primary stays unless a standby is up.
-                (Want::PreferStandby, Some(_)) => {
-                    if let Some(other) = self.locate().await
-                        && other != host
-                    {
-                        self.move_to(&pool, other);
-                    }
-                }
+                // A read-only gateway on a primary stays unless a standby is up, and says it fits
+                // (it may have been marked unfit while its host was down).
+                (Want::PreferStandby, Some(_)) => match self.locate().await {
+                    Some(other) if other != host => self.move_to(&pool, other),
+                    _ => self.mark(host, true),
+                },
                 _ => match self.locate().await {
                     Some(other) if other != host => self.move_to(&pool, other),
                     Some(_) => self.mark(host, true),
@@ -396,6 +411,15 @@ mod tests {
             assert_eq!(options.get_username(), "app");
             assert_eq!(options.get_database(), Some("jobs"));
         }
+    }
+
+    #[test]
+    fn an_unknown_target_session_attrs_is_refused() {
+        let refused = Hosts::parse("postgres://u@a,b/db?target_session_attrs=bogus")
+            .err()
+            .unwrap_or_default();
+        assert!(refused.contains("bogus"), "{refused}");
+        assert!(Hosts::parse("postgres://u@a,b/db?target_session_attrs=prefer-standby").is_ok());
     }
 
     #[test]
