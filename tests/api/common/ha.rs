@@ -1,8 +1,9 @@
 //! A PostgreSQL HA setup for the failover tests: pg_auto_failover's monitor and two data nodes on
 //! this machine (ports picked free, data under the target's tmp directory), with the monitor's
 //! failure detection shortened from tens of seconds to about one. Each `pg_autoctl` runs in a
-//! process group of its own, so "the machine dies" is one SIGKILL to that group: the keeper, its
-//! PostgreSQL and every backend at once. Everything is killed and removed on drop, pass or fail.
+//! process group of its own; "the machine dies" stops, then kills, that group, the postmaster and
+//! the postmaster's children (each in a session of its own). Everything is killed and removed on
+//! drop, pass or fail.
 
 use std::net::{Ipv4Addr, TcpListener};
 use std::os::unix::process::CommandExt;
@@ -497,7 +498,7 @@ impl HaCluster {
     /// Stops the WAL sender on `primary` (SIGSTOP): from now on the standby receives nothing,
     /// as a standby lagging behind. (Stopping the standby's receiver instead would not do: the
     /// WAL already sent waits in its socket buffer and is read after the primary is gone.) The
-    /// sender dies with the primary's process group.
+    /// sender dies with the primary (see `kill`).
     pub async fn stop_replication(&self, primary: usize) {
         let mut conn = connect_within(&self.node_url(primary), Duration::from_secs(10)).await;
         let pids: Vec<i32> = sqlx::query_scalar("SELECT pid FROM pg_stat_replication")
