@@ -41,6 +41,8 @@ struct Seen {
     acked: Mutex<HashMap<String, u32>>,
     /// Fetches that handed out a job already acked with 2xx.
     fetched_after_ack: AtomicU64,
+    /// The ids of those jobs.
+    refetched: Mutex<Vec<String>>,
     /// Ids of events whose append answered 2xx.
     appended: Mutex<Vec<String>>,
     /// Per consumer: events received, and events of batches whose ack answered 2xx.
@@ -59,6 +61,9 @@ struct Seen {
     killed_at: Mutex<Option<Instant>>,
     /// Health answers 503 seen while no primary was reachable.
     health_unavailable: AtomicU64,
+    /// Per job, what the workers saw of it (fetches and ack answers), for a failure's message.
+    history: Mutex<HashMap<String, Vec<String>>>,
+    started: Mutex<Option<Instant>>,
 }
 
 impl Seen {
@@ -68,6 +73,17 @@ impl Seen {
 
     fn killed(&self) -> bool {
         Seen::lock(&self.killed_at).is_some()
+    }
+
+    /// Notes what a worker saw of a job, with the time since the run began.
+    fn note(&self, id: &str, what: String) {
+        let at = Seen::lock(&self.started)
+            .map(|s| s.elapsed().as_secs_f64())
+            .unwrap_or_default();
+        Seen::lock(&self.history)
+            .entry(id.to_string())
+            .or_default()
+            .push(format!("{at:.3}s {what}"));
     }
 }
 
@@ -165,15 +181,21 @@ async fn work(seen: Arc<Seen>, stop: Arc<AtomicBool>, base: String, worker: Stri
         };
         for job in answer["jobs"].as_array().into_iter().flatten() {
             let id = job["id"].as_str().unwrap_or_default().to_string();
+            seen.note(
+                &id,
+                format!("{worker} fetched, lease {}", job["lease_token"]),
+            );
             if Seen::lock(&seen.acked).contains_key(&id) {
                 seen.fetched_after_ack.fetch_add(1, Ordering::Relaxed);
+                Seen::lock(&seen.refetched).push(id.clone());
             }
             let ack = json!({"job_id": id, "lease_token": job["lease_token"],
                              "result": {"ok": true}});
-            if call(&seen, &client, &base, "/ojs/v1/workers/ack", ack)
+            let acked = call(&seen, &client, &base, "/ojs/v1/workers/ack", ack)
                 .await
-                .is_some()
-            {
+                .is_some();
+            seen.note(&id, format!("{worker} ack answered 2xx: {acked}"));
+            if acked {
                 *Seen::lock(&seen.acked).entry(id).or_default() += 1;
             }
         }
@@ -270,6 +292,60 @@ struct Figures {
     server_errors: Vec<String>,
 }
 
+/// Prints what is known of jobs completed twice: what the workers saw, the job now, its events,
+/// and the HA manager's state changes.
+async fn explain_doubles(
+    seen: &Seen,
+    reader: &common::http::Http,
+    cluster: &HaCluster,
+    doubled: &[String],
+) {
+    let killed_at = Seen::lock(&seen.killed_at).unwrap_or_else(Instant::now);
+    let started = Seen::lock(&seen.started).unwrap_or_else(Instant::now);
+    eprintln!(
+        "failover: DOUBLE COMPLETIONS {doubled:?}; killed at {:.3}s",
+        (killed_at - started).as_secs_f64()
+    );
+    let mut events = Vec::new();
+    let mut after: Option<String> = None;
+    loop {
+        let cursor = after
+            .as_ref()
+            .map(|a| format!("&after={a}"))
+            .unwrap_or_default();
+        let (_, page) = reader
+            .get(&format!("/ojs/v1/events?queues={JOBS}&limit=1000{cursor}"))
+            .await;
+        let list: Vec<Value> = page["events"].as_array().cloned().unwrap_or_default();
+        if list.is_empty() {
+            break;
+        }
+        after = page["next_cursor"]
+            .as_str()
+            .or_else(|| list.last().and_then(|e| e["id"].as_str()))
+            .map(str::to_string);
+        events.extend(list);
+        if after.is_none() || events.len() > 20_000 {
+            break;
+        }
+    }
+    for id in doubled {
+        eprintln!("--- job {id}");
+        for line in Seen::lock(&seen.history).get(id).into_iter().flatten() {
+            eprintln!("  seen: {line}");
+        }
+        let (_, job) = reader.get(&format!("/ojs/v1/jobs/{id}")).await;
+        eprintln!("  now: {job}");
+        for event in events
+            .iter()
+            .filter(|e| e.to_string().contains(id.as_str()))
+        {
+            eprintln!("  event: {event}");
+        }
+    }
+    eprintln!("--- monitor events\n{}", cluster.monitor_events().await);
+}
+
 /// The whole scenario on a fresh HA setup; `None` where pg_auto_failover is not installed.
 async fn run(replication: Replication) -> Option<(Figures, HaCluster, [RunningServer; 2])> {
     if let Some(why) = ha::missing() {
@@ -301,6 +377,7 @@ async fn run(replication: Replication) -> Option<(Figures, HaCluster, [RunningSe
         .map(|g| format!("http://{}", g.addr))
         .collect();
     let seen = Arc::new(Seen::default());
+    *Seen::lock(&seen.started) = Some(Instant::now());
     let client = client();
     for (consumer, base) in CONSUMERS.iter().zip(&bases) {
         let path = format!("/ojs/v1/queues/{EVENTS}/consumers");
@@ -364,12 +441,29 @@ async fn run(replication: Replication) -> Option<(Figures, HaCluster, [RunningSe
             window.2
         );
     }
+    // Synchronously, the claim is about pgvs3: the kill must come while the primary waits for
+    // its standby (pg_auto_failover turns that off while the standby looks unhealthy).
+    if replication == Replication::Synchronous {
+        let off = cluster.hold_synchronous(primary).await;
+        eprintln!(
+            "failover: the monitor took the standby out of synchronous replication {} times \
+             before the kill; synchronous replication found off {off} times by the last check",
+            cluster.standby_dropouts().await
+        );
+    }
     *Seen::lock(&seen.killed_at) = Some(Instant::now());
     let killed_at = Instant::now();
     cluster.kill(primary);
+    let wall = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .unwrap_or_default();
+    let (secs, millis) = (wall.as_secs() % 86_400, wall.subsec_millis());
     eprintln!(
-        "failover: killed node {} (SIGKILL)",
-        cluster.nodes[primary].name
+        "failover: killed node {} (SIGKILL) at {:02}:{:02}:{:02}.{millis:03} UTC",
+        cluster.nodes[primary].name,
+        secs / 3600,
+        secs / 60 % 60,
+        secs % 60
     );
 
     // Both gateways enqueue again (no restart), then a little more traffic.
@@ -544,6 +638,17 @@ async fn run(replication: Replication) -> Option<(Figures, HaCluster, [RunningSe
     }
     let double_completions = acked.values().filter(|n| **n > 1).count()
         + seen.fetched_after_ack.load(Ordering::Relaxed) as usize;
+    if double_completions > 0 {
+        let mut doubled: Vec<String> = acked
+            .iter()
+            .filter(|(_, n)| **n > 1)
+            .map(|(id, _)| id.clone())
+            .collect();
+        doubled.extend(Seen::lock(&seen.refetched).iter().cloned());
+        doubled.sort();
+        doubled.dedup();
+        explain_doubles(&seen, &reader, &cluster, &doubled).await;
+    }
     // An event the consumers received from the old primary may be gone from the new one: a
     // consumer subscribed now from the oldest tick reads what the stream holds.
     let path = format!("/ojs/v1/queues/{EVENTS}/consumers");

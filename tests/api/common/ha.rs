@@ -1,8 +1,9 @@
 //! A PostgreSQL HA setup for the failover tests: pg_auto_failover's monitor and two data nodes on
 //! this machine (ports picked free, data under the target's tmp directory), with the monitor's
 //! failure detection shortened from tens of seconds to about one. Each `pg_autoctl` runs in a
-//! process group of its own, so "the machine dies" is one SIGKILL to that group: the keeper, its
-//! PostgreSQL and every backend at once. Everything is killed and removed on drop, pass or fail.
+//! process group of its own; "the machine dies" stops, then kills, that group, the postmaster and
+//! the postmaster's children (each in a session of its own). Everything is killed and removed on
+//! drop, pass or fail.
 
 use std::net::{Ipv4Addr, TcpListener};
 use std::os::unix::process::CommandExt;
@@ -386,25 +387,118 @@ impl HaCluster {
         None
     }
 
-    /// The machine of `node` dies: SIGKILL to its keeper's process group (keeper, PostgreSQL,
-    /// backends), and to the postmaster should it have left the group. It stays dead.
+    /// The machine of `node` dies: its keeper's process group, its postmaster and every process
+    /// the postmaster started are stopped (SIGSTOP, so none acts while the others die), then
+    /// killed. The backends are not in the keeper's group (PostgreSQL puts each child in a
+    /// session of its own), so killing the group alone leaves them running. It stays dead.
     pub fn kill(&mut self, node: usize) {
         let node = &mut self.nodes[node];
-        if let Some(mut keeper) = node.keeper.take() {
-            kill_group(&mut keeper);
-        }
-        if let Some(pid) = postmaster_pid(&node.pgdata) {
-            // SAFETY: kill with a pid read from postmaster.pid; a gone process is harmless.
-            unsafe {
-                libc::kill(pid, libc::SIGKILL);
+        // Killed already: its pids may belong to others by now.
+        let Some(mut keeper) = node.keeper.take() else {
+            return;
+        };
+        kill_machine(
+            Some(keeper.id() as libc::pid_t),
+            postmaster_pid(&node.pgdata),
+        );
+        let _ = keeper.wait();
+    }
+
+    /// Makes sure a kill of `primary` now loses nothing acknowledged: synchronous replication in
+    /// force and the standby holding all WAL written so far. With one standby pg_auto_failover
+    /// turns synchronous replication off while the standby looks unhealthy (the primary goes to
+    /// `wait_primary`; on a loaded machine a keeper that misses its reports for 2 s is enough)
+    /// and back on once it has caught up; the standby is a failover candidate again before the
+    /// primary waits for it, so commits answered in between may be missing there. The primary's
+    /// keeper is frozen (SIGSTOP) for the check, so it cannot turn synchronous replication off
+    /// between the check and the kill; it stays frozen (the kill ends it). Returns how many
+    /// checks found synchronous replication off.
+    pub async fn hold_synchronous(&self, primary: usize) -> u32 {
+        let keeper = self.nodes[primary]
+            .keeper
+            .as_ref()
+            .expect("a running keeper")
+            .id() as libc::pid_t;
+        let url = self.node_url(primary);
+        let deadline = Instant::now() + Duration::from_secs(60);
+        let mut off = 0;
+        loop {
+            assert!(
+                Instant::now() < deadline,
+                "synchronous replication not in force on {} within 60 s: {}",
+                self.nodes[primary].name,
+                self.logs()
+            );
+            signal_keeper(keeper, libc::SIGSTOP);
+            if self.all_on_standby(&url).await == Some(true) {
+                return off;
             }
+            off += 1;
+            signal_keeper(keeper, libc::SIGCONT);
+            tokio::time::sleep(Duration::from_millis(200)).await;
         }
+    }
+
+    /// With the keeper frozen: whether `synchronous_standby_names` is set and a standby has
+    /// flushed the WAL written until now (`None`: the primary did not answer).
+    async fn all_on_standby(&self, url: &str) -> Option<bool> {
+        let mut conn = PgConnection::connect(url).await.ok()?;
+        let names: String = sqlx::query_scalar("SHOW synchronous_standby_names")
+            .fetch_one(&mut conn)
+            .await
+            .ok()?;
+        if names.is_empty() {
+            return Some(false);
+        }
+        // A change of the setting reaches the commit path through a reload (the checkpointer
+        // publishes it): give a fresh one time to arrive before trusting it.
+        tokio::time::sleep(Duration::from_millis(300)).await;
+        // Whatever committed before (synchronously or not) is on the standby once it has flushed
+        // up to here; whatever commits after waits for it.
+        let deadline = Instant::now() + Duration::from_secs(2);
+        let lsn: String = sqlx::query_scalar("SELECT pg_current_wal_lsn()::text")
+            .fetch_one(&mut conn)
+            .await
+            .ok()?;
+        while Instant::now() < deadline {
+            let flushed: Option<bool> = sqlx::query_scalar(
+                "SELECT bool_or(flush_lsn >= $1::pg_lsn) FROM pg_stat_replication",
+            )
+            .bind(&lsn)
+            .fetch_one(&mut conn)
+            .await
+            .ok()?;
+            if flushed == Some(true) {
+                return Some(true);
+            }
+            tokio::time::sleep(Duration::from_millis(20)).await;
+        }
+        Some(false)
+    }
+
+    /// How often the monitor took the standby out of synchronous replication (secondary to
+    /// catchingup, the primary to wait_primary) after the setup was ready.
+    pub async fn standby_dropouts(&self) -> i64 {
+        let url = format!(
+            "postgres://postgres@127.0.0.1:{}/pg_auto_failover?sslmode=disable",
+            self.monitor_port
+        );
+        let Ok(mut monitor) = PgConnection::connect(&url).await else {
+            return -1;
+        };
+        sqlx::query_scalar(
+            "SELECT count(*) FROM pgautofailover.event
+              WHERE description LIKE '%to catchingup after it became unhealthy%'",
+        )
+        .fetch_one(&mut monitor)
+        .await
+        .unwrap_or(-1)
     }
 
     /// Stops the WAL sender on `primary` (SIGSTOP): from now on the standby receives nothing,
     /// as a standby lagging behind. (Stopping the standby's receiver instead would not do: the
     /// WAL already sent waits in its socket buffer and is read after the primary is gone.) The
-    /// sender dies with the primary's process group.
+    /// sender dies with the primary (see `kill`).
     pub async fn stop_replication(&self, primary: usize) {
         let mut conn = connect_within(&self.node_url(primary), Duration::from_secs(10)).await;
         let pids: Vec<i32> = sqlx::query_scalar("SELECT pid FROM pg_stat_replication")
@@ -418,6 +512,31 @@ impl HaCluster {
                 libc::kill(pid, libc::SIGSTOP);
             }
         }
+    }
+
+    /// The monitor's event log (every state change of every node), one line each.
+    pub async fn monitor_events(&self) -> String {
+        let url = format!(
+            "postgres://postgres@127.0.0.1:{}/pg_auto_failover?sslmode=disable",
+            self.monitor_port
+        );
+        let Ok(mut monitor) = PgConnection::connect(&url).await else {
+            return "the monitor does not answer".to_string();
+        };
+        let rows: Vec<(String, String, String, String, String)> = sqlx::query_as(
+            "SELECT to_char(eventtime, 'HH24:MI:SS.MS'), nodename::text, reportedstate::text,
+                    goalstate::text, description
+               FROM pgautofailover.event ORDER BY eventid",
+        )
+        .fetch_all(&mut monitor)
+        .await
+        .unwrap_or_default();
+        rows.iter()
+            .map(|(at, node, reported, goal, why)| {
+                format!("{at} {node} {reported} -> {goal}: {why}")
+            })
+            .collect::<Vec<_>>()
+            .join("\n")
     }
 
     /// The last lines of every log, for failure messages.
@@ -439,27 +558,94 @@ impl Drop for HaCluster {
         for index in 0..self.nodes.len() {
             self.kill(index);
         }
-        if let Some(mut monitor) = self.monitor.take() {
-            kill_group(&mut monitor);
-        }
-        if let Some(pid) = postmaster_pid(&self.dir.join("monitor")) {
-            // SAFETY: as in `kill`.
-            unsafe {
-                libc::kill(pid, libc::SIGKILL);
-            }
+        // The monitor's background workers outlive a killed postmaster: killed with it.
+        let monitor = self.monitor.take();
+        let group = monitor.as_ref().map(|m| m.id() as libc::pid_t);
+        kill_machine(group, postmaster_pid(&self.dir.join("monitor")));
+        if let Some(mut monitor) = monitor {
+            let _ = monitor.wait();
         }
         let _ = std::fs::remove_dir_all(&self.dir);
     }
 }
 
-/// SIGKILL to the child's whole process group, then reaps the child.
-fn kill_group(child: &mut Child) {
-    let group = child.id() as libc::pid_t;
-    // SAFETY: the group is our child's own (spawned with process_group(0)).
-    unsafe {
-        libc::kill(-group, libc::SIGKILL);
+/// The processes of one machine: those of `group`, the postmaster and the postmaster's children
+/// (each PostgreSQL child has a session of its own). Read from /proc: (pid, parent, group, name).
+fn machine_pids(group: Option<libc::pid_t>, postmaster: Option<libc::pid_t>) -> Vec<libc::pid_t> {
+    let processes = processes();
+    processes
+        .iter()
+        .filter(|(pid, ppid, pgrp, _)| {
+            Some(*pgrp) == group || Some(*pid) == postmaster || Some(*ppid) == postmaster
+        })
+        .map(|(pid, ..)| *pid)
+        .collect()
+}
+
+/// Stops, then kills, every process of one machine (see `machine_pids`).
+fn kill_machine(group: Option<libc::pid_t>, postmaster: Option<libc::pid_t>) {
+    let pids = machine_pids(group, postmaster);
+    for signal in [libc::SIGSTOP, libc::SIGKILL] {
+        for pid in &pids {
+            // SAFETY: processes of a machine this harness started; gone ones are harmless.
+            unsafe {
+                libc::kill(*pid, signal);
+            }
+        }
     }
-    let _ = child.wait();
+    if let Some(group) = group {
+        // SAFETY: our own child's group; anything started since the listing goes too.
+        unsafe {
+            libc::kill(-group, libc::SIGKILL);
+        }
+    }
+}
+
+/// Every process: (pid, parent pid, process group, name), from /proc/*/stat.
+fn processes() -> Vec<(i32, i32, i32, String)> {
+    let Ok(entries) = std::fs::read_dir("/proc") else {
+        return Vec::new();
+    };
+    let mut all = Vec::new();
+    for entry in entries.flatten() {
+        let Some(pid) = entry
+            .file_name()
+            .to_str()
+            .and_then(|n| n.parse::<i32>().ok())
+        else {
+            continue;
+        };
+        let Ok(stat) = std::fs::read_to_string(format!("/proc/{pid}/stat")) else {
+            continue;
+        };
+        // "pid (comm) state ppid pgrp ...": comm may hold spaces, so split at its last ')'.
+        let (Some(open), Some(close)) = (stat.find('('), stat.rfind(')')) else {
+            continue;
+        };
+        let fields: Vec<i32> = stat[close + 1..]
+            .split_whitespace()
+            .skip(1)
+            .take(2)
+            .filter_map(|f| f.parse().ok())
+            .collect();
+        if let [ppid, pgrp] = fields[..] {
+            all.push((pid, ppid, pgrp, stat[open + 1..close].to_string()));
+        }
+    }
+    all
+}
+
+/// Sends `signal` to the `pg_autoctl` processes of the keeper's process group (not to its
+/// PostgreSQL: the database keeps serving).
+fn signal_keeper(group: libc::pid_t, signal: libc::c_int) {
+    for (pid, _, pgrp, name) in processes() {
+        if pgrp == group && (name == "pg_autoctl" || name == "runuser") {
+            // SAFETY: a process of our own keeper's group; stop/continue only.
+            unsafe {
+                libc::kill(pid, signal);
+            }
+        }
+    }
 }
 
 /// The postmaster's pid from `pgdata/postmaster.pid`, if it is there.
