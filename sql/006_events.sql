@@ -43,7 +43,10 @@ $$;
 -- Grouped rows: a claim, an ack or an enqueue of many jobs records its events in one row (one
 -- heap tuple and one index entry for the statement instead of one per job). Such a row lists its
 -- jobs in `job_ids`, with `job_types`, `attempts`, `extras` and, where they differ from the row's
--- `type` / `state`, `types` / `states` at the same positions. Event k (1-based) of a row is at
+-- `type` / `state`, `types` / `states` at the same positions. Where all of a row's jobs share a
+-- job type, attempt or extra (the usual case: one worker's claim of one type), the row holds it
+-- once in `job_type` / `attempt` / `extra` and leaves that array NULL: ten claimed jobs' repeated
+-- `{"worker_id": ...}` were most of the bytes such a row wrote to the WAL. Event k (1-based) of a row is at
 -- seq `seq + k - 1`: the sequence steps by s3p.event_span(), so a row's events never share a seq
 -- with another row's, and log order stays (txid, seq) event by event. s3p.event_items expands a
 -- row; every reader goes through it.
@@ -136,6 +139,12 @@ DECLARE
     last int;
     row_type text;
     row_state text;
+    span_types text[];
+    span_attempts int[];
+    span_extras jsonb[];
+    same_type boolean;
+    same_attempt boolean;
+    same_extra boolean;
 BEGIN
     IF n = 1 THEN
         INSERT INTO s3p.events (type, job_id, queue, job_type, state, attempt, extra)
@@ -148,9 +157,21 @@ BEGIN
         last := least(first + span - 1, n);
         row_type := coalesce(per_types[first], event_type);
         row_state := coalesce(per_states[first], state);
-        INSERT INTO s3p.events (type, queue, state, job_ids, job_types, attempts, extras, types, states)
-        VALUES (row_type, queue, row_state, ids[first:last], job_types[first:last], attempts[first:last],
-                extras[first:last],
+        span_types := job_types[first:last];
+        span_attempts := attempts[first:last];
+        span_extras := extras[first:last];
+        -- Array equality counts NULL elements equal, so all-NULL spans fold too.
+        same_type := span_types = array_fill(span_types[1], ARRAY[last - first + 1]);
+        same_attempt := span_attempts = array_fill(span_attempts[1], ARRAY[last - first + 1]);
+        same_extra := span_extras = array_fill(span_extras[1], ARRAY[last - first + 1]);
+        INSERT INTO s3p.events (type, queue, state, job_ids, job_type, job_types, attempt, attempts,
+                                extra, extras, types, states)
+        VALUES (row_type, queue, row_state, ids[first:last],
+                CASE WHEN same_type THEN span_types[1] END, CASE WHEN same_type IS NOT TRUE THEN span_types END,
+                CASE WHEN same_attempt THEN span_attempts[1] END,
+                CASE WHEN same_attempt IS NOT TRUE THEN span_attempts END,
+                CASE WHEN same_extra THEN nullif(span_extras[1], '{}') END,
+                CASE WHEN same_extra IS NOT TRUE THEN span_extras END,
                 CASE WHEN EXISTS (SELECT 1 FROM unnest(per_types[first:last]) t WHERE t IS DISTINCT FROM row_type)
                      THEN per_types[first:last] END,
                 CASE WHEN EXISTS (SELECT 1 FROM unnest(per_states[first:last]) t WHERE t IS DISTINCT FROM row_state)
@@ -175,9 +196,11 @@ LANGUAGE sql STABLE AS $$
     SELECT e.seq, e.id, e.type, e.job_id, e.job_type, s3p.event_row_data(e)
      WHERE e.job_ids IS NULL
     UNION ALL
-    SELECT e.seq + i.k - 1, s3p.event_item_id(e.id, i.k), coalesce(i.type, e.type), i.job_id, i.job_type,
-           s3p.event_data(i.job_id, i.job_type, e.queue, coalesce(i.state, e.state), i.attempt)
-               || coalesce(i.extra, '{}')
+    SELECT e.seq + i.k - 1, s3p.event_item_id(e.id, i.k), coalesce(i.type, e.type), i.job_id,
+           coalesce(i.job_type, e.job_type),
+           s3p.event_data(i.job_id, coalesce(i.job_type, e.job_type), e.queue, coalesce(i.state, e.state),
+                          coalesce(i.attempt, e.attempt))
+               || coalesce(i.extra, e.extra, '{}')
       FROM unnest(e.job_ids, e.job_types, e.types, e.states, e.attempts, e.extras)
                WITH ORDINALITY AS i(job_id, job_type, type, state, attempt, extra, k)
      WHERE e.job_ids IS NOT NULL

@@ -33,7 +33,7 @@ $$;
 
 -- ORDER BY text of a listing: `sort` one of created_at, scheduled_at, priority; ties by id.
 -- Only scheduled_at has NULLs (jobs never scheduled), which go last; the others keep the default
--- NULL order, so a creation-time sort is a forward or backward scan of `jobs_created`.
+-- NULL order.
 CREATE OR REPLACE FUNCTION s3p.admin_job_order(sort text, descending boolean) RETURNS text
 LANGUAGE plpgsql IMMUTABLE AS $$
 BEGIN
@@ -47,8 +47,8 @@ $$;
 
 -- A page of the jobs matching a filter across the queues of `scope` (or the one named), in the
 -- order asked, `skip` rows in, at most `take`, each in its visible state. Each queue gives its
--- first skip+take rows in that order (an index scan of `jobs_created` when sorted by creation),
--- and the page is cut from their merge.
+-- first skip+take rows in that order (a top-N sort of its matching rows; since/until narrow them
+-- through `jobs_created_brin`), and the page is cut from their merge.
 CREATE OR REPLACE FUNCTION s3p.admin_jobs(queue text, scope text[], state text, type_exact text,
                                           type_prefix text, since timestamptz, until timestamptz,
                                           sort text, descending boolean, skip int, take int)

@@ -24,7 +24,7 @@ pub struct JobFilter {
 /// Which field a job listing is ordered by.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum JobSort {
-    /// Creation time (served by the `jobs_created` index).
+    /// Creation time.
     CreatedAt,
     /// Scheduled time (jobs without one last).
     ScheduledAt,
