@@ -79,6 +79,18 @@ async fn a_statement_of_many_jobs_is_one_log_row_and_reads_as_one_event_per_job(
         .await
         .expect("count");
     assert_eq!(rows, 3, "one log row per statement");
+    // The claim's jobs differ in type, so the row keeps their types; they share worker and
+    // attempt, so it holds those once.
+    let (types_kept, extra_folded, attempt): (bool, Option<String>, Option<i32>) = sqlx::query_as(
+        "SELECT job_types IS NOT NULL AND extras IS NULL AND attempts IS NULL, extra->>'worker_id', attempt
+           FROM s3p.events WHERE queue = 'rows' AND type = 'job.started'",
+    )
+    .fetch_one(&mut db)
+    .await
+    .expect("claim row");
+    assert!(types_kept, "types kept, worker and attempt folded");
+    assert_eq!(extra_folded.as_deref(), Some("w-rows"));
+    assert_eq!(attempt, Some(1));
 
     // Reading: one event per job and transition, in statement order, then the order given.
     let events = read_all(&http, "rows", 1000).await;
@@ -138,6 +150,65 @@ async fn a_statement_of_many_jobs_is_one_log_row_and_reads_as_one_event_per_job(
             events,
             "limit {limit}"
         );
+    }
+    app.stop().await;
+}
+
+#[tokio::test]
+async fn a_row_of_jobs_sharing_type_worker_and_attempt_holds_them_once_and_reads_them_per_job() {
+    let app = common::spawn_app().await;
+    let http = common::http::Http::new(&app);
+    let jobs: Vec<Value> = (0..12)
+        .map(|i| json!({"type": "fold.same", "args": [i], "options": {"queue": "fold"}}))
+        .collect();
+    http.ok_post("/ojs/v1/jobs/batch", json!({ "jobs": jobs }))
+        .await;
+    let fetched = http
+        .ok_post(
+            "/ojs/v1/workers/fetch",
+            json!({"queues": ["fold"], "count": 12, "worker_id": "w-fold"}),
+        )
+        .await;
+    let claimed = fetched["jobs"].as_array().cloned().unwrap_or_default();
+    assert_eq!(claimed.len(), 12, "{fetched}");
+
+    let mut db = sqlx::PgConnection::connect(&app.database_url)
+        .await
+        .expect("connect");
+    let folded: Vec<(String, bool, Option<String>, Option<i32>, Option<String>)> = sqlx::query_as(
+        "SELECT type, job_types IS NULL AND attempts IS NULL AND extras IS NULL, job_type, attempt,
+                extra->>'worker_id'
+           FROM s3p.events WHERE queue = 'fold' ORDER BY seq",
+    )
+    .fetch_all(&mut db)
+    .await
+    .expect("rows");
+    assert_eq!(folded.len(), 2, "{folded:?}");
+    for (kind, arrays_null, job_type, attempt, _) in &folded {
+        assert!(arrays_null, "{kind}: every shared field held once");
+        assert_eq!(job_type.as_deref(), Some("fold.same"), "{kind}");
+        assert_eq!(
+            *attempt,
+            Some(if kind == "job.started" { 1 } else { 0 }),
+            "{kind}"
+        );
+    }
+    assert_eq!(folded[1].4.as_deref(), Some("w-fold"));
+
+    // Read back, every event carries the fields its row holds once.
+    let events = read_all(&http, "fold", 5).await;
+    assert_eq!(events.len(), 24);
+    for (event, job) in events[12..].iter().zip(&claimed) {
+        assert_eq!(event["type"], "job.started", "{event}");
+        assert_eq!(event["data"]["job_id"], job["id"], "{event}");
+        assert_eq!(event["data"]["job_type"], "fold.same", "{event}");
+        assert_eq!(event["data"]["attempt"], 1, "{event}");
+        assert_eq!(event["data"]["worker_id"], "w-fold", "{event}");
+    }
+    for event in &events[..12] {
+        assert_eq!(event["data"]["job_type"], "fold.same", "{event}");
+        assert_eq!(event["data"]["attempt"], 0, "{event}");
+        assert!(event["data"].get("worker_id").is_none(), "{event}");
     }
     app.stop().await;
 }

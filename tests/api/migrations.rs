@@ -63,6 +63,20 @@ async fn changed_migrations_run_again_over_existing_data() {
         .await
         .expect("enqueue answer");
     let id = enqueued["job"]["id"].as_str().expect("job id").to_string();
+    // An operator's fillfactor on another queue, which upgrades must keep.
+    client
+        .post(format!("{}/ojs/v1/jobs", first.http_url))
+        .json(&json!({"type": "t", "args": [], "options": {"queue": "tuned"}}))
+        .send()
+        .await
+        .expect("make the queue");
+    let tuned = client
+        .post(format!("{}/ojs/v1/queues/tuned/config", first.http_url))
+        .json(&json!({"autovacuum": {"fillfactor": 85}}))
+        .send()
+        .await
+        .expect("config");
+    assert!(tuned.status().is_success(), "{}", tuned.status());
     let recorded = checksums(&url).await;
     assert!(!recorded.is_empty());
     assert!(
@@ -104,6 +118,15 @@ async fn changed_migrations_run_again_over_existing_data() {
         .execute(&mut conn)
         .await
         .expect("mark the queue schema old");
+    // As templates before 22 made it: no fillfactor, a B-tree on creation time.
+    sqlx::raw_sql(
+        "ALTER TABLE s3q_kept.jobs RESET (fillfactor);
+         DROP INDEX s3q_kept.jobs_created_brin;
+         CREATE INDEX jobs_created ON s3q_kept.jobs (created_at);",
+    )
+    .execute(&mut conn)
+    .await
+    .expect("make the queue schema as an older template did");
     let _ = conn.close().await;
     let second = common::spawn_app_on(&database, &url, |_| {}).await;
     assert_eq!(
@@ -119,8 +142,34 @@ async fn changed_migrations_run_again_over_existing_data() {
     .fetch_one(&mut conn)
     .await
     .expect("template versions");
-    let _ = conn.close().await;
     assert_eq!(behind, 0, "the queue schema was upgraded at start");
+    let storage: Vec<(String, Option<Vec<String>>, Vec<String>)> = sqlx::query_as(
+        "SELECT n.nspname::text, c.reloptions::text[],
+                ARRAY(SELECT i.relname::text FROM pg_index x JOIN pg_class i ON i.oid = x.indexrelid
+                       WHERE x.indrelid = c.oid ORDER BY 1)
+           FROM pg_class c JOIN pg_namespace n ON n.oid = c.relnamespace
+          WHERE c.relname = 'jobs' AND n.nspname IN ('s3q_kept', 's3q_tuned') ORDER BY 1",
+    )
+    .fetch_all(&mut conn)
+    .await
+    .expect("storage of the jobs tables");
+    assert_eq!(storage.len(), 2, "{storage:?}");
+    assert_eq!(
+        storage[0].1,
+        Some(vec!["fillfactor=60".to_string()]),
+        "{storage:?}"
+    );
+    assert!(
+        storage[0].2.contains(&"jobs_created_brin".to_string())
+            && !storage[0].2.contains(&"jobs_created".to_string()),
+        "the upgrade swaps the creation-time B-tree for BRIN: {storage:?}"
+    );
+    assert_eq!(
+        storage[1].1,
+        Some(vec!["fillfactor=85".to_string()]),
+        "an operator's fillfactor is kept: {storage:?}"
+    );
+    let _ = conn.close().await;
     let mut conn = sqlx::PgConnection::connect(&url).await.expect("connect");
     for name in &markers {
         let present: i64 = sqlx::query_scalar(
