@@ -154,6 +154,9 @@ async fn a_statement_of_many_jobs_is_one_log_row_and_reads_as_one_event_per_job(
     app.stop().await;
 }
 
+/// A stored log row: type, whether its per-job arrays are all NULL, and the values held once.
+type FoldedRow = (String, bool, Option<String>, Option<i32>, Option<String>);
+
 #[tokio::test]
 async fn a_row_of_jobs_sharing_type_worker_and_attempt_holds_them_once_and_reads_them_per_job() {
     let app = common::spawn_app().await;
@@ -175,7 +178,7 @@ async fn a_row_of_jobs_sharing_type_worker_and_attempt_holds_them_once_and_reads
     let mut db = sqlx::PgConnection::connect(&app.database_url)
         .await
         .expect("connect");
-    let folded: Vec<(String, bool, Option<String>, Option<i32>, Option<String>)> = sqlx::query_as(
+    let folded: Vec<FoldedRow> = sqlx::query_as(
         "SELECT type, job_types IS NULL AND attempts IS NULL AND extras IS NULL, job_type, attempt,
                 extra->>'worker_id'
            FROM s3p.events WHERE queue = 'fold' ORDER BY seq",
