@@ -150,6 +150,15 @@ BEGIN
                 RAISE EXCEPTION 'autovacuum setting % must be a number or boolean', setting.key
                     USING ERRCODE = 'PV400';
             END IF;
+            -- PostgreSQL rounds a fraction given to an integer parameter (100.4 is stored and
+            -- reads as 100), which would pass its range check and be echoed as given.
+            IF setting.key IN ('fillfactor', 'autovacuum_vacuum_threshold', 'autovacuum_analyze_threshold',
+                               'autovacuum_vacuum_cost_limit')
+               AND jsonb_typeof(setting.value) = 'number'
+               AND (setting.value)::numeric <> trunc((setting.value)::numeric) THEN
+                RAISE EXCEPTION 'autovacuum setting % must be a whole number, not %', setting.key, setting.value
+                    USING ERRCODE = 'PV400';
+            END IF;
             -- PostgreSQL checks each value's range; its refusal is the client's 400.
             BEGIN
                 EXECUTE format('ALTER TABLE %I.jobs SET (%s = %s)', q.schema_name, setting.key, setting.value #>> '{}');

@@ -1009,6 +1009,16 @@ async fn durations_and_times_past_their_bounds_are_refused_over_both_protocols()
     )
     .await
     .expect_error(400, "invalid_request");
+    // A fraction PostgreSQL would round into range (or in effect ignore) is refused too.
+    for fraction in [100.4, 9.9999999, 50.5] {
+        post_json(
+            &app,
+            &config_path,
+            &json!({"autovacuum": {"fillfactor": fraction}}),
+        )
+        .await
+        .expect_error(400, "invalid_request");
+    }
     assert_eq!(get(&app, &config_path).await.expect_ok(200), &before);
     // The largest accepted retention still leaves the queue maintainable.
     post_json(
