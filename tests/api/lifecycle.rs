@@ -564,10 +564,12 @@ async fn maintenance_vacuums_jobs_tables_full_of_dead_rows() {
     let mut db = sqlx::PgConnection::connect(&app.database_url)
         .await
         .expect("connect");
+    // Each update changes an indexed column, so it is not HOT: a HOT version (possible now that
+    // jobs tables keep free space on their pages) is pruned on the page and never needs a vacuum.
     for queue in ["busy", "manual"] {
         for _ in 0..2 {
             sqlx::raw_sql(sqlx::AssertSqlSafe(format!(
-                "UPDATE s3q_{queue}.jobs SET priority = priority"
+                "UPDATE s3q_{queue}.jobs SET priority = priority + 1"
             )))
             .execute(&mut db)
             .await
