@@ -46,10 +46,10 @@ $$;
 -- `type` / `state`, `types` / `states` at the same positions. Where all of a row's jobs share a
 -- job type, attempt or extra (the usual case: one worker's claim of one type), the row holds it
 -- once in `job_type` / `attempt` / `extra` and leaves that array NULL: ten claimed jobs' repeated
--- `{"worker_id": ...}` were most of the bytes such a row wrote to the WAL. Event k (1-based) of a row is at
--- seq `seq + k - 1`: the sequence steps by s3p.event_span(), so a row's events never share a seq
--- with another row's, and log order stays (txid, seq) event by event. s3p.event_items expands a
--- row; every reader goes through it.
+-- `{"worker_id": ...}` were most of the bytes such a row wrote to the WAL. Event k (1-based) of a
+-- row is at seq `seq + k - 1`: the sequence steps by s3p.event_span(), so a row's events never
+-- share a seq with another row's, and log order stays (txid, seq) event by event.
+-- s3p.event_items expands a row; every reader goes through it.
 ALTER TABLE s3p.events ADD COLUMN IF NOT EXISTS job_ids uuid[];
 ALTER TABLE s3p.events ADD COLUMN IF NOT EXISTS job_types text[];
 ALTER TABLE s3p.events ADD COLUMN IF NOT EXISTS types text[];

@@ -3,13 +3,14 @@
 CREATE SCHEMA IF NOT EXISTS __SCHEMA__;
 CREATE SEQUENCE IF NOT EXISTS __SCHEMA__.job_seq;
 
--- fillfactor 60: the claim's and the ack's new row versions fit on the page of the old one, where
--- PostgreSQL logs only the bytes that changed and no tuple lock (about 60 fewer WAL bytes a job).
 CREATE TABLE IF NOT EXISTS __SCHEMA__.jobs OF s3p.job (
     id WITH OPTIONS PRIMARY KEY,
     seq WITH OPTIONS NOT NULL DEFAULT nextval('__SCHEMA__.job_seq')
-) WITH (fillfactor = 60);
--- Queues made before template 22 get it too, unless an operator set one (queue config).
+);
+-- fillfactor 60: the claim's and the ack's new row versions fit on the page of the old one, where
+-- PostgreSQL logs only the bytes that changed and no tuple lock (about 60 fewer WAL bytes a job).
+-- Set on new tables and on those of queues made before template 22, unless an operator set one
+-- (queue config).
 DO $$
 BEGIN
     IF NOT EXISTS (SELECT 1 FROM pg_class c

@@ -1154,6 +1154,23 @@ async fn durations_and_times_past_their_bounds_are_refused_over_both_protocols()
         .await
         .expect_err("a huge retention is refused");
     assert_status(&status, Code::InvalidArgument, "invalid_request");
+    let status = admin
+        .set_queue_config(s3::SetQueueConfigRequest {
+            queue: q.into(),
+            autovacuum: Some(prost_types::Struct {
+                fields: [(
+                    "fillfactor".to_string(),
+                    prost_types::Value {
+                        kind: Some(prost_types::value::Kind::NumberValue(100.4)),
+                    },
+                )]
+                .into(),
+            }),
+            ..Default::default()
+        })
+        .await
+        .expect_err("a fractional fillfactor is refused");
+    assert_status(&status, Code::InvalidArgument, "invalid_request");
     let mut streams = s3::stream_service_client::StreamServiceClient::new(channel);
     let status = streams
         .nack(s3::NackRequest {
