@@ -207,19 +207,22 @@ LANGUAGE sql STABLE AS $$
 $$;
 
 -- Events after a cursor (after_txid, after_seq), filtered (NULL = any), in log order, up to the
--- horizon. Rows that may hold events past the cursor start at most a span before it.
--- `scope` (s3p.in_scope) leaves out the events of queues outside a token's scope.
+-- horizon given (else this statement's s3p.events_horizon()). Rows that may hold events past the
+-- cursor start at most a span before it. `scope` (s3p.in_scope) leaves out the events of queues
+-- outside a token's scope.
 DROP FUNCTION IF EXISTS s3p.events_page(bigint, text[], text[], text[], int);
 DROP FUNCTION IF EXISTS s3p.events_page(bigint, bigint, text[], text[], text[], int);
+DROP FUNCTION IF EXISTS s3p.events_page(bigint, bigint, text[], text[], text[], int, text[]);
 CREATE OR REPLACE FUNCTION s3p.events_page(after_txid bigint, after_seq bigint, types text[], queues text[],
-                                           job_types text[], page_size int, scope text[] DEFAULT NULL)
+                                           job_types text[], page_size int, scope text[] DEFAULT NULL,
+                                           horizon xid8 DEFAULT NULL)
 RETURNS TABLE (txid bigint, seq bigint, id uuid, type text, job_id uuid, queue text, job_type text,
                data jsonb, "time" timestamptz)
 LANGUAGE sql STABLE AS $$
     SELECT e.txid::text::bigint, x.seq, x.id, x.type, x.job_id, e.queue, x.job_type, x.data, e.time
       FROM s3p.events e
            CROSS JOIN LATERAL s3p.event_items(e) x,
-           (SELECT s3p.events_horizon() AS horizon OFFSET 0) h
+           (SELECT coalesce(events_page.horizon, s3p.events_horizon()) AS horizon OFFSET 0) h
      WHERE (e.txid, e.seq) > (coalesce(after_txid, 0)::text::xid8, coalesce(after_seq, 0) - s3p.event_span())
        AND (e.txid, x.seq) > (coalesce(after_txid, 0)::text::xid8, coalesce(after_seq, 0))
        AND e.txid < h.horizon
@@ -232,16 +235,38 @@ LANGUAGE sql STABLE AS $$
      LIMIT page_size
 $$;
 
--- Whether events after the cursor exist that the horizon holds back (their transactions are
--- younger than one still in progress): a reader then waits a moment for the tail.
-CREATE OR REPLACE FUNCTION s3p.events_held(after_txid bigint, after_seq bigint) RETURNS boolean
+-- A page of s3p.events_page and the horizon it stopped at, in one statement so both see one
+-- snapshot: `horizon` on every row, and one row of NULL events when the page is empty.
+CREATE OR REPLACE FUNCTION s3p.events_read(after_txid bigint, after_seq bigint, types text[], queues text[],
+                                           job_types text[], page_size int, scope text[] DEFAULT NULL)
+RETURNS TABLE (horizon bigint, txid bigint, seq bigint, id uuid, type text, job_id uuid, queue text,
+               job_type text, data jsonb, "time" timestamptz)
+LANGUAGE sql STABLE AS $$
+    SELECT h.horizon::text::bigint, p.*
+      FROM (SELECT s3p.events_horizon() AS horizon OFFSET 0) h
+           LEFT JOIN LATERAL s3p.events_page(after_txid, after_seq, types, queues, job_types, page_size,
+                                             scope, h.horizon) p ON true
+     ORDER BY p.txid, p.seq
+$$;
+
+-- Whether events after the cursor exist at or past `horizon`, the one a page stopped at: they were
+-- held back then, and either still wait behind a transaction in progress or may be read now. A
+-- reader then reads again, after a moment. Judged by the page's own horizon, not a new one: a
+-- holder that ended between the page and this check must not make the short page look whole.
+CREATE OR REPLACE FUNCTION s3p.events_held(after_txid bigint, after_seq bigint, horizon bigint) RETURNS boolean
 LANGUAGE sql STABLE AS $$
     SELECT EXISTS (
-        SELECT 1 FROM s3p.events e, (SELECT s3p.events_horizon() AS horizon OFFSET 0) h
+        SELECT 1 FROM s3p.events e
          WHERE (e.txid, e.seq) > (coalesce(after_txid, 0)::text::xid8, coalesce(after_seq, 0) - s3p.event_span())
            AND (e.txid, e.seq + coalesce(cardinality(e.job_ids), 1) - 1)
                > (coalesce(after_txid, 0)::text::xid8, coalesce(after_seq, 0))
-           AND e.txid >= h.horizon)
+           AND e.txid >= events_held.horizon::text::xid8)
+$$;
+
+-- The check as gateways of an earlier build ask it during a rolling upgrade: against a new horizon.
+CREATE OR REPLACE FUNCTION s3p.events_held(after_txid bigint, after_seq bigint) RETURNS boolean
+LANGUAGE sql STABLE AS $$
+    SELECT s3p.events_held(after_txid, after_seq, s3p.events_horizon()::text::bigint)
 $$;
 
 -- Removes events older than the retention, at most `batch` per call: among the oldest `batch`

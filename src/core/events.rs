@@ -82,7 +82,7 @@ impl Service {
         let deadline = tokio::time::Instant::now() + TAIL_WAIT;
         let mut pause = TAIL_POLL;
         let events = loop {
-            let events = self
+            let read = self
                 .store
                 .events(
                     scope,
@@ -93,12 +93,13 @@ impl Service {
                     limit as i32,
                 )
                 .await?;
-            let resume = events.last().map_or(after, Event::cursor);
-            if events.len() as i64 == limit
+            let resume = read.events.last().map_or(after, Event::cursor);
+            // Held by the page's own horizon: one that moved on since must not pass for "whole".
+            if read.events.len() as i64 == limit
                 || tokio::time::Instant::now() >= deadline
-                || !self.store.events_held(resume).await?
+                || !self.store.events_held(resume, read.horizon).await?
             {
-                break events;
+                break read.events;
             }
             tokio::time::sleep(pause).await;
             pause = (pause * 2).min(TAIL_POLL_MAX);

@@ -28,7 +28,8 @@ use crate::model::error::{CoreError, ErrorKind};
 use crate::model::job::{Job, JobState, MaintenanceReport, QueueSummary, RetryPolicy};
 use crate::model::queue::{QueueConfig, QueueStats};
 pub use grouped::{AckItem, GroupingStats};
-use rows::EventRow;
+pub use rows::EventsRead;
+use rows::{EventReadRow, EventRow};
 pub use signals::{Signals, Wakeups};
 
 /// The database handle of the service.
@@ -1154,7 +1155,7 @@ impl Store {
 }
 
 impl Store {
-    /// `s3p.events_page`.
+    /// `s3p.events_read`: a page of events and the horizon it stopped at.
     #[tracing::instrument(name = "db", skip_all, fields(op = "events"))]
     pub async fn events(
         &self,
@@ -1164,34 +1165,39 @@ impl Store {
         queues: Option<Vec<String>>,
         job_types: Option<Vec<String>>,
         limit: i32,
-    ) -> Result<Vec<crate::model::events::Event>, CoreError> {
-        sqlx::query_as::<_, EventRow>("SELECT * FROM s3p.events_page($1, $2, $3, $4, $5, $6, $7)")
-            .bind(after.txid)
-            .bind(after.seq)
-            .bind(types)
-            .bind(queues)
-            .bind(job_types)
-            .bind(limit)
-            .bind(scope.like_patterns())
-            .fetch_all(&self.pool)
-            .await
-            .map(|rows| {
-                rows.into_iter()
-                    .map(crate::model::events::Event::from)
-                    .collect()
-            })
-            .map_err(map_db_error)
+    ) -> Result<EventsRead, CoreError> {
+        let rows = sqlx::query_as::<_, EventReadRow>(
+            "SELECT * FROM s3p.events_read($1, $2, $3, $4, $5, $6, $7)",
+        )
+        .bind(after.txid)
+        .bind(after.seq)
+        .bind(types)
+        .bind(queues)
+        .bind(job_types)
+        .bind(limit)
+        .bind(scope.like_patterns())
+        .fetch_all(&self.pool)
+        .await
+        .map_err(map_db_error)?;
+        let horizon = rows.first().map_or(0, |row| row.horizon);
+        Ok(EventsRead {
+            events: rows.into_iter().filter_map(EventReadRow::event).collect(),
+            horizon,
+        })
     }
 
-    /// `s3p.events_held`: whether events after `after` wait behind a transaction in progress.
+    /// `s3p.events_held`: whether events after `after` lie at or past `horizon`, the one a page
+    /// stopped at (held back then: wait for them, or read again).
     #[tracing::instrument(name = "db", skip_all, fields(op = "events_held"))]
     pub async fn events_held(
         &self,
         after: crate::model::events::Cursor,
+        horizon: i64,
     ) -> Result<bool, CoreError> {
-        sqlx::query_scalar("SELECT s3p.events_held($1, $2)")
+        sqlx::query_scalar("SELECT s3p.events_held($1, $2, $3)")
             .bind(after.txid)
             .bind(after.seq)
+            .bind(horizon)
             .fetch_one(&self.pool)
             .await
             .map_err(map_db_error)

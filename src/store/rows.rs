@@ -38,6 +38,48 @@ impl From<EventRow> for Event {
     }
 }
 
+/// A row of `s3p.events_read`: the page's horizon, and an event unless the page is empty.
+#[derive(sqlx::FromRow)]
+pub struct EventReadRow {
+    /// The horizon the page stopped at, on every row.
+    pub horizon: i64,
+    txid: Option<i64>,
+    seq: Option<i64>,
+    id: Option<Uuid>,
+    #[sqlx(rename = "type")]
+    event_type: Option<String>,
+    job_id: Option<Uuid>,
+    queue: Option<String>,
+    job_type: Option<String>,
+    data: Option<Value>,
+    time: Option<DateTime<Utc>>,
+}
+
+impl EventReadRow {
+    /// The event of the row; none on the one row of an empty page.
+    pub fn event(self) -> Option<Event> {
+        Some(Event {
+            txid: self.txid?,
+            seq: self.seq?,
+            id: self.id?,
+            event_type: self.event_type?,
+            job_id: self.job_id,
+            queue: self.queue,
+            job_type: self.job_type,
+            data: self.data?,
+            time: self.time?,
+        })
+    }
+}
+
+/// A page of events and the horizon it stopped at.
+pub struct EventsRead {
+    /// The events, in log order.
+    pub events: Vec<Event>,
+    /// The page's horizon (a transaction id), for `Store::events_held`.
+    pub horizon: i64,
+}
+
 /// A row of the `s3p.cron_*` functions.
 #[derive(sqlx::FromRow)]
 pub struct CronRow {

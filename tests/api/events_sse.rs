@@ -476,6 +476,67 @@ async fn a_late_commit_is_delivered_not_skipped() {
     app.stop().await;
 }
 
+/// A page held short by a transaction in progress is judged "held" by its own horizon: when the
+/// holder ends between the page and the check (the race a reader polling once met), the check
+/// still says "read again", and the next read returns the events. A check against a new horizon
+/// would have called the short page whole.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_page_short_of_held_events_is_judged_by_its_own_horizon() {
+    let _log = common::db::reading_the_event_log_at_once().await;
+    use sqlx::Connection;
+    let app = common::spawn_app().await;
+    let api = Api::new(&app.http_url);
+    api.enqueue("held-check").await;
+    let start = api.cursors("queues=held-check").await[0].0.clone();
+    let (txid, seq) = start.split_once('-').expect("cursor txid-seq");
+    let (txid, seq): (i64, i64) = (txid.parse().expect("txid"), seq.parse().expect("seq"));
+
+    // A transaction with an id and no event: it holds the horizon below the next enqueue.
+    let mut holder = sqlx::PgConnection::connect(&app.database_url)
+        .await
+        .expect("connect");
+    let mut tx = holder.begin().await.expect("begin");
+    let holder_xid: i64 = sqlx::query_scalar("SELECT pg_current_xact_id()::text::bigint")
+        .fetch_one(&mut *tx)
+        .await
+        .expect("an id for the holder");
+    let later = api.enqueue("held-check").await;
+
+    let mut reader = sqlx::PgConnection::connect(&app.database_url)
+        .await
+        .expect("connect");
+    let page: Vec<(i64, Option<uuid::Uuid>)> = sqlx::query_as(
+        "SELECT horizon, job_id FROM s3p.events_read($1, $2, NULL, ARRAY['held-check'], NULL, 100)",
+    )
+    .bind(txid)
+    .bind(seq)
+    .fetch_all(&mut reader)
+    .await
+    .expect("a page");
+    assert_eq!(page.len(), 1, "one row for an empty page: {page:?}");
+    let (horizon, event) = page[0];
+    assert_eq!(event, None, "the enqueue waits behind the holder: {page:?}");
+    assert!(
+        horizon <= holder_xid,
+        "the page stopped at the holder: {page:?}"
+    );
+
+    tx.commit().await.expect("the holder ends");
+    let held: bool = sqlx::query_scalar("SELECT s3p.events_held($1, $2, $3)")
+        .bind(txid)
+        .bind(seq)
+        .bind(horizon)
+        .fetch_one(&mut reader)
+        .await
+        .expect("held check");
+    assert!(held, "past the page's horizon lies an event: read again");
+    let page = api
+        .get(&format!("/ojs/v1/events?queues=held-check&after={start}"))
+        .await;
+    assert_eq!(page["events"][0]["subject"], later.as_str(), "{page}");
+    app.stop().await;
+}
+
 /// Long-lived streams count against `max_streams` over both protocols: past it a new server-sent
 /// event stream is 429 `rate_limited` and a gRPC server stream RESOURCE_EXHAUSTED; closing one
 /// frees its place.
