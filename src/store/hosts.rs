@@ -280,9 +280,10 @@ impl Follower {
         let checked = self.clone();
         let pool = pool
             // A connection opened before the last move reaches the old host: close it.
-            .before_acquire(move |_, meta| {
+            // It replaces the pool's liveness check, so it runs that one too.
+            .before_acquire(move |conn, meta| {
                 let old = meta.age > stale.current().moved_at.elapsed();
-                Box::pin(async move { Ok(!old) })
+                Box::pin(async move { Ok(!old && super::liveness::check(conn, meta).await?) })
             })
             // A read-write gateway never writes to a server that refuses writes: a connection
             // that lands on one is refused (the pool tries again) and the watcher looks around.

@@ -8,6 +8,7 @@ mod conflicts;
 mod cron;
 mod grouped;
 pub mod hosts;
+mod liveness;
 pub mod migrate;
 mod routes;
 mod rows;
@@ -391,7 +392,10 @@ impl Store {
         let wait = if selects { 5 } else { 10 };
         let pool_options = PgPoolOptions::new()
             .max_connections(max_connections)
-            .acquire_timeout(Duration::from_secs(wait));
+            .acquire_timeout(Duration::from_secs(wait))
+            // Pinged only after sitting idle (see `liveness`), not before every statement.
+            .test_before_acquire(false)
+            .before_acquire(|conn, meta| Box::pin(liveness::check(conn, meta)));
         let (pool, follower) = if selects {
             let want = if read_only {
                 hosts::Want::PreferStandby

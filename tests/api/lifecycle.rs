@@ -974,3 +974,66 @@ async fn maintenance_steps_only_through_queues_with_due_work() {
         "{stepped} queue steps for one queue with due work"
     );
 }
+
+/// The pool checks a connection that sat idle before it hands it out (it no longer pings before
+/// every statement): when PostgreSQL ends every connection of a gateway (a restart, an idle
+/// timeout, a proxy), the next requests are answered, not failed on a dead connection.
+#[tokio::test]
+async fn connections_lost_while_idle_do_not_fail_the_next_requests() {
+    use sqlx::Connection;
+    // No maintenance pass: it would take (and so discard) dead connections before the requests.
+    let app = common::spawn_app_with(|s| s.maintenance_interval = None).await;
+    let http = common::http::Http::new(&app);
+    let mut ids = Vec::new();
+    for i in 0..8 {
+        let job = http
+            .ok_post(
+                "/ojs/v1/jobs",
+                json!({"type": "idle.lost", "args": [i], "options": {"queue": "idle-lost"}}),
+            )
+            .await;
+        ids.push(job["job"]["id"].as_str().expect("job id").to_string());
+    }
+    // Concurrent reads open several pooled connections.
+    for _ in 0..3 {
+        let reads = ids.iter().map(|id| {
+            let (http, path) = (&http, format!("/ojs/v1/jobs/{id}"));
+            async move { http.get_200(&path).await }
+        });
+        futures_util::future::join_all(reads).await;
+    }
+
+    let mut admin = sqlx::PgConnection::connect(&app.database_url)
+        .await
+        .expect("connect");
+    let ended: i64 = sqlx::query_scalar(
+        "SELECT count(*) FROM (SELECT pg_terminate_backend(a.pid) FROM pg_stat_activity a
+          WHERE a.datname = current_database() AND a.pid <> pg_backend_pid()) t",
+    )
+    .fetch_one(&mut admin)
+    .await
+    .expect("end the gateway's connections");
+    assert!(ended >= 3, "the gateway held several connections: {ended}");
+    // Past the pool's idle threshold (100 ms), and too soon for the admin tick (every 500 ms, one
+    // connection each) to have met every dead connection first.
+    tokio::time::sleep(Duration::from_millis(300)).await;
+
+    // Plain reads, one at a time: no grouping or fallback between them and the pool.
+    for id in &ids {
+        let job = http.get_200(&format!("/ojs/v1/jobs/{id}")).await;
+        assert_eq!(job["job"]["state"], "available", "{job}");
+    }
+    let mut grpc = app.grpc().await;
+    let fetched = grpc
+        .fetch(pb::FetchRequest {
+            queues: vec!["idle-lost".into()],
+            count: 16,
+            worker_id: "w-idle".into(),
+            ..Default::default()
+        })
+        .await
+        .expect("a fetch after the connections were lost")
+        .into_inner();
+    assert_eq!(fetched.jobs.len(), 8, "every job stored before is there");
+    app.stop().await;
+}
