@@ -249,24 +249,27 @@ LANGUAGE sql STABLE AS $$
      ORDER BY p.txid, p.seq
 $$;
 
--- Whether events after the cursor exist at or past `horizon`, the one a page stopped at: they were
--- held back then, and either still wait behind a transaction in progress or may be read now. A
--- reader then reads again, after a moment. Judged by the page's own horizon, not a new one: a
--- holder that ended between the page and this check must not make the short page look whole.
-CREATE OR REPLACE FUNCTION s3p.events_held(after_txid bigint, after_seq bigint, horizon bigint) RETURNS boolean
+-- The newest transaction holding events after the cursor at or past `horizon`, the one a page
+-- stopped at, or NULL when there are none. Those events were held back then, and either still
+-- wait behind a transaction in progress or may be read now: a reader reads again, after a moment,
+-- until a page's horizon has passed that transaction. Judged by the page's own horizon, not a new
+-- one: a holder that ended between the page and this check must not make the short page look
+-- whole; and only what was held then is waited for, not events that arrive while it waits.
+DROP FUNCTION IF EXISTS s3p.events_held(bigint, bigint, bigint);
+CREATE OR REPLACE FUNCTION s3p.events_held_through(after_txid bigint, after_seq bigint, horizon bigint)
+RETURNS bigint
 LANGUAGE sql STABLE AS $$
-    SELECT EXISTS (
-        SELECT 1 FROM s3p.events e
-         WHERE (e.txid, e.seq) > (coalesce(after_txid, 0)::text::xid8, coalesce(after_seq, 0) - s3p.event_span())
-           AND (e.txid, e.seq + coalesce(cardinality(e.job_ids), 1) - 1)
-               > (coalesce(after_txid, 0)::text::xid8, coalesce(after_seq, 0))
-           AND e.txid >= events_held.horizon::text::xid8)
+    SELECT max(e.txid)::text::bigint FROM s3p.events e
+     WHERE (e.txid, e.seq) > (coalesce(after_txid, 0)::text::xid8, coalesce(after_seq, 0) - s3p.event_span())
+       AND (e.txid, e.seq + coalesce(cardinality(e.job_ids), 1) - 1)
+           > (coalesce(after_txid, 0)::text::xid8, coalesce(after_seq, 0))
+       AND e.txid >= events_held_through.horizon::text::xid8
 $$;
 
 -- The check as gateways of an earlier build ask it during a rolling upgrade: against a new horizon.
 CREATE OR REPLACE FUNCTION s3p.events_held(after_txid bigint, after_seq bigint) RETURNS boolean
 LANGUAGE sql STABLE AS $$
-    SELECT s3p.events_held(after_txid, after_seq, s3p.events_horizon()::text::bigint)
+    SELECT s3p.events_held_through(after_txid, after_seq, s3p.events_horizon()::text::bigint) IS NOT NULL
 $$;
 
 -- Removes events older than the retention, at most `batch` per call: among the oldest `batch`

@@ -78,9 +78,12 @@ impl Service {
         }
         let list = |v: &Vec<String>| (!v.is_empty()).then(|| v.clone());
         // A page stops at the horizon (see s3p.events_horizon); when events wait behind it, the
-        // tail is usually a commit away: wait a moment for it rather than answer short.
+        // tail is usually a commit away: wait a moment for it rather than answer short. Only
+        // what was held at the first look is waited for (until a page's horizon passes its
+        // newest transaction), not what keeps arriving meanwhile under steady writes.
         let deadline = tokio::time::Instant::now() + TAIL_WAIT;
         let mut pause = TAIL_POLL;
+        let mut held_through: Option<i64> = None;
         let events = loop {
             let read = self
                 .store
@@ -93,13 +96,17 @@ impl Service {
                     limit as i32,
                 )
                 .await?;
-            let resume = read.events.last().map_or(after, Event::cursor);
-            // Held by the page's own horizon: one that moved on since must not pass for "whole".
-            if read.events.len() as i64 == limit
-                || tokio::time::Instant::now() >= deadline
-                || !self.store.events_held(resume, read.horizon).await?
-            {
+            if read.events.len() as i64 == limit || tokio::time::Instant::now() >= deadline {
                 break read.events;
+            }
+            // Judged by the page's own horizon: one that moved on since must not pass for whole.
+            if held_through.is_none() {
+                let resume = read.events.last().map_or(after, Event::cursor);
+                held_through = self.store.events_held_through(resume, read.horizon).await?;
+            }
+            match held_through {
+                Some(txid) if read.horizon <= txid => {}
+                _ => break read.events,
             }
             tokio::time::sleep(pause).await;
             pause = (pause * 2).min(TAIL_POLL_MAX);

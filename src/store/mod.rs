@@ -1190,15 +1190,15 @@ impl Store {
         })
     }
 
-    /// `s3p.events_held`: whether events after `after` lie at or past `horizon`, the one a page
-    /// stopped at (held back then: wait for them, or read again).
+    /// `s3p.events_held_through`: the newest transaction holding events after `after` at or past
+    /// `horizon`, the one a page stopped at (held back then: wait until a page passes it).
     #[tracing::instrument(name = "db", skip_all, fields(op = "events_held"))]
-    pub async fn events_held(
+    pub async fn events_held_through(
         &self,
         after: crate::model::events::Cursor,
         horizon: i64,
-    ) -> Result<bool, CoreError> {
-        sqlx::query_scalar("SELECT s3p.events_held($1, $2, $3)")
+    ) -> Result<Option<i64>, CoreError> {
+        sqlx::query_scalar("SELECT s3p.events_held_through($1, $2, $3)")
             .bind(after.txid)
             .bind(after.seq)
             .bind(horizon)

@@ -76,7 +76,7 @@ impl EventReadRow {
 pub struct EventsRead {
     /// The events, in log order.
     pub events: Vec<Event>,
-    /// The page's horizon (a transaction id), for `Store::events_held`.
+    /// The page's horizon (a transaction id), for `Store::events_held_through`.
     pub horizon: i64,
 }
 
