@@ -131,6 +131,10 @@ DECLARE
                             'autovacuum_vacuum_scale_factor', 'autovacuum_analyze_threshold',
                             'autovacuum_analyze_scale_factor', 'autovacuum_vacuum_cost_delay',
                             'autovacuum_vacuum_cost_limit', 'fillfactor'];
+    -- Those PostgreSQL takes as integers: it rounds a fraction given to one (100.4 is stored and
+    -- reads as 100), which would pass its range check and be echoed as given.
+    whole_numbers text[] := ARRAY['autovacuum_vacuum_threshold', 'autovacuum_analyze_threshold',
+                                  'autovacuum_vacuum_cost_limit', 'fillfactor'];
 BEGIN
     changes := coalesce(changes, '{}'::jsonb);
     IF changes = '{}'::jsonb THEN
@@ -150,10 +154,7 @@ BEGIN
                 RAISE EXCEPTION 'autovacuum setting % must be a number or boolean', setting.key
                     USING ERRCODE = 'PV400';
             END IF;
-            -- PostgreSQL rounds a fraction given to an integer parameter (100.4 is stored and
-            -- reads as 100), which would pass its range check and be echoed as given.
-            IF setting.key IN ('fillfactor', 'autovacuum_vacuum_threshold', 'autovacuum_analyze_threshold',
-                               'autovacuum_vacuum_cost_limit')
+            IF setting.key = ANY (whole_numbers)
                AND jsonb_typeof(setting.value) = 'number'
                AND (setting.value)::numeric <> trunc((setting.value)::numeric) THEN
                 RAISE EXCEPTION 'autovacuum setting % must be a whole number, not %', setting.key, setting.value
