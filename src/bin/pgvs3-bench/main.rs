@@ -10,6 +10,7 @@ mod backoff;
 mod clients;
 mod cpu;
 mod db;
+mod direct;
 mod floor;
 mod report;
 
@@ -64,6 +65,8 @@ enum Scenario {
     Streams,
     /// The plain-SQL floor of the jobs figures.
     Floor,
+    /// The jobs work-off through the queue's SQL functions alone (no server): the database's share.
+    Sql,
     /// Job pickup latency (idle long-poll fetch, one enqueue), per protocol.
     Latency,
     /// All of the above.
@@ -281,6 +284,9 @@ async fn run(args: &Args, pg: &Postgres) -> Result<()> {
     let mut report = Report::default();
     if args.runs(Scenario::Floor) {
         floor::run(pg, args, &mut report).await?;
+    }
+    if args.runs(Scenario::Sql) {
+        direct::run(pg, args, &mut report).await?;
     }
     for protocol in args.protocols() {
         if args.runs(Scenario::Jobs) {
