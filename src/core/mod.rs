@@ -26,8 +26,9 @@ use crate::store::Store;
 pub use access::{Grant, Role, Scope};
 pub use error::{CoreError, ErrorKind};
 pub use job::{
-    AckJob, DeadLetterPage, EnqueueJob, Enqueued, FetchJobs, Heartbeat, HeartbeatOutcome, Job,
-    JobState, JobTime, MaintenanceReport, NackJob, QueueSummary, WorkerDirective,
+    AckJob, Completion, DeadLetterPage, EnqueueJob, Enqueued, FetchJobs, Heartbeat,
+    HeartbeatOutcome, Job, JobState, JobTime, MaintenanceReport, NackJob, QueueSummary,
+    WorkerDirective,
 };
 pub use validate::QueueConfigChanges;
 
@@ -451,18 +452,18 @@ impl Service {
         }
         self.job_in_scope(scope, id).await?;
         let job = self.store.ack(id, token, request.result.as_ref()).await?;
-        self.timings.completed(&job);
+        self.timings.completed(&Completion::from(&job));
         Ok(job)
     }
 
     /// Completes many active jobs with one commit (the batch-ack extension). The request is
     /// refused whole when malformed; otherwise each ack gets its own outcome, in request order,
-    /// exactly as a single ack of it would have answered.
+    /// as a single ack of it would have answered (its completion, not the whole job).
     pub async fn ack_batch(
         &self,
         scope: &Scope,
         acks: Vec<AckJob>,
-    ) -> Result<Vec<Result<Job, CoreError>>, CoreError> {
+    ) -> Result<Vec<Result<Completion, CoreError>>, CoreError> {
         if acks.is_empty() || acks.len() > self.settings.max_batch_jobs {
             return Err(CoreError::invalid(format!(
                 "acks must hold between 1 and {} acks",
@@ -495,8 +496,8 @@ impl Service {
         } else {
             self.ack_each_in_scope(scope, items).await?
         };
-        for job in outcomes.iter().flatten() {
-            self.timings.completed(job);
+        for done in outcomes.iter().flatten() {
+            self.timings.completed(done);
         }
         Ok(outcomes)
     }
@@ -507,10 +508,10 @@ impl Service {
         &self,
         scope: &Scope,
         items: Vec<crate::store::AckItem>,
-    ) -> Result<Vec<Result<Job, CoreError>>, CoreError> {
+    ) -> Result<Vec<Result<Completion, CoreError>>, CoreError> {
         let ids: Vec<uuid::Uuid> = items.iter().map(|(id, _, _)| *id).collect();
         let visible = self.jobs_in_scope(scope, &ids).await?;
-        let mut outcomes: Vec<Result<Job, CoreError>> = ids
+        let mut outcomes: Vec<Result<Completion, CoreError>> = ids
             .iter()
             .map(|id| Err(CoreError::not_found("job", &id.to_string())))
             .collect();

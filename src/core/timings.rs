@@ -6,7 +6,7 @@ use prometheus_client::encoding::EncodeLabelSet;
 use prometheus_client::metrics::family::Family;
 use prometheus_client::metrics::histogram::Histogram;
 
-use super::Job;
+use super::{Completion, Job};
 
 /// Upper bounds (seconds) of the job wait and run time buckets: 5 ms to an hour.
 pub const JOB_TIME_BUCKETS: &[f64] = &[
@@ -69,11 +69,11 @@ impl JobTimings {
     }
 
     /// Observes the run time of an acked job.
-    pub fn completed(&self, job: &Job) {
-        if let (Some(started), Some(completed)) = (job.started_at, job.completed_at) {
+    pub fn completed(&self, done: &Completion) {
+        if let (Some(started), Some(completed)) = (done.started_at, done.completed_at) {
             self.run
                 .get_or_create(&QueueLabel {
-                    queue: job.queue.clone(),
+                    queue: done.queue.clone(),
                 })
                 .observe(seconds(started, completed));
         }

@@ -47,11 +47,11 @@ impl WorkerService for WorkerAdapter {
                     .into_iter()
                     .zip(outcomes)
                     .map(|(job_id, outcome)| match outcome {
-                        Ok(job) => pb::AckOutcome {
+                        Ok(done) => pb::AckOutcome {
                             job_id,
                             acknowledged: true,
-                            state: job.state.as_str().to_string(),
-                            completed_at: job.completed_at.as_ref().map(created_at),
+                            state: done.state.as_str().to_string(),
+                            completed_at: done.completed_at.as_ref().map(created_at),
                             error: None,
                         },
                         Err(error) => pb::AckOutcome {

@@ -1,6 +1,6 @@
 //! Core types ↔ OpenAPI wire types.
 
-use crate::core::job::{Failure, Heartbeat, JobOptions, JobTime, RetryPolicy};
+use crate::core::job::{Completion, Failure, Heartbeat, JobOptions, JobTime, RetryPolicy};
 use crate::core::stream::{
     Appended, Batch, ConsumerInfo, NewMessage, StreamDeadLetter, StreamInfo,
 };
@@ -484,15 +484,15 @@ pub fn event(e: &crate::core::events::Event) -> types::Event {
 /// One ack of a batch: the completed job, or the error a single ack would have answered.
 pub fn ack_outcome(
     job_id: String,
-    outcome: Result<Job, CoreError>,
+    outcome: Result<Completion, CoreError>,
     request_id: &str,
 ) -> types::AckOutcome {
     match outcome {
-        Ok(job) => types::AckOutcome {
+        Ok(done) => types::AckOutcome {
             job_id,
             acknowledged: true,
-            state: Some(job.state.as_str().to_string()),
-            completed_at: job.completed_at.as_ref().map(format_time),
+            state: Some(done.state.as_str().to_string()),
+            completed_at: done.completed_at.as_ref().map(format_time),
             error: None,
         },
         Err(error) => types::AckOutcome {

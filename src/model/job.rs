@@ -179,6 +179,34 @@ pub struct Job {
     pub parent_results: Option<Value>,
 }
 
+/// What a batch ack answers for each job it completed: the job's new state and times, without
+/// its payload (the server reads back only these columns).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Completion {
+    /// The job.
+    pub id: Uuid,
+    /// The queue holding it.
+    pub queue: String,
+    /// Its state after the ack (`completed`).
+    pub state: JobState,
+    /// When the attempt the ack ended started.
+    pub started_at: Option<DateTime<Utc>>,
+    /// When it completed.
+    pub completed_at: Option<DateTime<Utc>>,
+}
+
+impl From<&Job> for Completion {
+    fn from(job: &Job) -> Completion {
+        Completion {
+            id: job.id,
+            queue: job.queue.clone(),
+            state: job.state,
+            started_at: job.started_at,
+            completed_at: job.completed_at,
+        }
+    }
+}
+
 /// A stored job and whether this request created it (false: a unique job answered with the
 /// existing one).
 #[derive(Debug, Clone)]

@@ -13,9 +13,10 @@ use uuid::Uuid;
 use super::coalesce::{Coalescer, Runner};
 use super::conflicts::Conflicts;
 use super::routes::{Routes, is_stale};
+use super::rows::CompletionRow;
 use super::{JobRow, jobs, map_db_error};
 use crate::model::error::{CoreError, ErrorKind};
-use crate::model::job::Job;
+use crate::model::job::{Completion, Job};
 
 /// Most items one grouped statement takes.
 const MAX_GROUP: usize = 1000;
@@ -27,8 +28,48 @@ const LANE_STATEMENTS: usize = 2;
 /// One ack: job id, lease token (none = any lease), result.
 pub type AckItem = (Uuid, Option<Uuid>, Option<Value>);
 
-/// The schema acks of a group go to: a queue's (from the job → queue hint) or none (catalog).
-type AckLane = Option<Arc<str>>;
+/// How much of each acked job a group reads back: the whole job (a single ack answers with it)
+/// or only its completion (a batch ack answers with state and times).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum AckShape {
+    /// Every column, decoded into a [`Job`].
+    Whole,
+    /// State and times, decoded into a [`Completion`].
+    Brief,
+}
+
+/// One ack's outcome, in the shape its request asked for.
+#[derive(Debug, Clone)]
+pub enum Acked {
+    /// The completed job (a single ack).
+    Whole(Box<Job>),
+    /// What the batch ack answers for it.
+    Brief(Completion),
+}
+
+impl Acked {
+    fn from_job(job: Job, shape: AckShape) -> Acked {
+        match shape {
+            AckShape::Whole => Acked::Whole(Box::new(job)),
+            AckShape::Brief => Acked::Brief(Completion::from(&job)),
+        }
+    }
+
+    fn id(&self) -> Uuid {
+        match self {
+            Acked::Whole(job) => job.id,
+            Acked::Brief(done) => done.id,
+        }
+    }
+}
+
+/// Where the acks of a group go, and what they read back: the schema is a queue's (from the
+/// job → queue hint) or none (the catalog path).
+#[derive(Clone, PartialEq, Eq, Hash)]
+struct AckLane {
+    schema: Option<Arc<str>>,
+    shape: AckShape,
+}
 
 /// A claim lane: queue, its schema, the fetch's visibility timeout and the server default.
 #[derive(Clone, PartialEq, Eq, Hash)]
@@ -96,7 +137,7 @@ fn read(counter: &std::sync::atomic::AtomicU64) -> u64 {
 /// The grouped operations of one store.
 pub struct Grouped {
     shared: Shared,
-    acks: Arc<Coalescer<AckLane, AckItem, Result<Job, CoreError>>>,
+    acks: Arc<Coalescer<AckLane, AckItem, Result<Acked, CoreError>>>,
     claims: Arc<Coalescer<ClaimLane, Option<String>, Slot>>,
     enqueues: Arc<Coalescer<EnqueueLane, Value, Result<Job, CoreError>>>,
 }
@@ -111,7 +152,7 @@ impl Grouped {
             counts: Arc::new(Counts::default()),
         };
         let s = shared.clone();
-        let acks: Runner<AckLane, AckItem, Result<Job, CoreError>> =
+        let acks: Runner<AckLane, AckItem, Result<Acked, CoreError>> =
             Arc::new(move |lane, items| {
                 let s = s.clone();
                 Box::pin(async move { s.run_acks(lane, items).await })
@@ -153,9 +194,14 @@ impl Grouped {
         }
     }
 
-    /// Completes jobs; one outcome per ack, in order, each exactly what a single ack of it
-    /// answers. Acks of jobs this gateway claimed go to their queue's schema, grouped per queue.
-    pub async fn ack(&self, items: Vec<AckItem>) -> Result<Vec<Result<Job, CoreError>>, CoreError> {
+    /// Completes jobs; one outcome per ack, in order, each what a single ack of it answers, read
+    /// back in `shape`. Acks of jobs this gateway claimed go to their queue's schema, grouped per
+    /// queue (and shape).
+    pub async fn ack(
+        &self,
+        items: Vec<AckItem>,
+        shape: AckShape,
+    ) -> Result<Vec<Result<Acked, CoreError>>, CoreError> {
         bump(&self.shared.counts.ack_requests);
         // Items by the queue their job is remembered in, then each queue's schema looked up once.
         let routes = &self.shared.routes;
@@ -169,17 +215,18 @@ impl Grouped {
         }
         let mut lanes: Vec<(AckLane, Vec<usize>)> = Vec::with_capacity(by_queue.len());
         for (queue, at) in by_queue {
-            let lane = match queue {
+            let schema = match queue {
                 Some(queue) => routes.schema(&self.shared.pool, &queue).await?,
                 None => None,
             };
+            let lane = AckLane { schema, shape };
             match lanes.iter_mut().find(|(l, _)| *l == lane) {
                 Some((_, all)) => all.extend(at),
                 None => lanes.push((lane, at)),
             }
         }
         let mut items: Vec<Option<AckItem>> = items.into_iter().map(Some).collect();
-        let mut outcomes: Vec<Option<Result<Job, CoreError>>> = vec![None; items.len()];
+        let mut outcomes: Vec<Option<Result<Acked, CoreError>>> = vec![None; items.len()];
         for (lane, at) in lanes {
             let group = at.iter().filter_map(|&i| items[i].take()).collect();
             let answered = self.acks.run(lane, group).await?;
@@ -247,7 +294,7 @@ impl Shared {
     /// One statement for a group of acks; those it leaves out get a single ack each, which says
     /// why (or finds the job where the hint was wrong). A job acked twice in one group: the later
     /// acks go after the statement, as they would have after a separate one.
-    async fn run_acks(&self, lane: AckLane, items: Vec<AckItem>) -> Vec<Result<Job, CoreError>> {
+    async fn run_acks(&self, lane: AckLane, items: Vec<AckItem>) -> Vec<Result<Acked, CoreError>> {
         let mut seen = HashSet::with_capacity(items.len());
         let first: Vec<bool> = items.iter().map(|(id, _, _)| seen.insert(*id)).collect();
         let (mut ids, mut tokens, mut results) = (Vec::new(), Vec::new(), Vec::new());
@@ -260,15 +307,17 @@ impl Shared {
         }
         bump(&self.counts.ack_statements);
         let mut grouped = self
-            .ack_many(lane.as_deref(), &ids, &tokens, &results)
+            .ack_many(lane.schema.as_deref(), lane.shape, &ids, &tokens, &results)
             .await;
-        if lane.is_some() && grouped.as_ref().is_err_and(|e| e.is_stale()) {
+        if lane.schema.is_some() && grouped.as_ref().is_err_and(|e| e.is_stale()) {
             // The queue went away under the hint: the catalog path knows where each job is.
             bump(&self.counts.ack_statements);
-            grouped = self.ack_many(None, &ids, &tokens, &results).await;
+            grouped = self
+                .ack_many(None, lane.shape, &ids, &tokens, &results)
+                .await;
         }
-        let mut completed: HashMap<Uuid, Job> = match grouped {
-            Ok(jobs) => jobs.into_iter().map(|job| (job.id, job)).collect(),
+        let mut completed: HashMap<Uuid, Acked> = match grouped {
+            Ok(acked) => acked.into_iter().map(|a| (a.id(), a)).collect(),
             // Answer each on its own: one ack's failure must not become the others'.
             Err(_) => HashMap::new(),
         };
@@ -276,44 +325,80 @@ impl Shared {
         for ((id, token, result), first) in items.into_iter().zip(first) {
             let done = if first { completed.remove(&id) } else { None };
             outcomes.push(match done {
-                Some(job) => Ok(job),
+                Some(acked) => Ok(acked),
                 None => {
                     bump(&self.counts.ack_statements);
-                    self.ack_one(id, token, result.as_ref()).await
+                    self.ack_one(id, token, result.as_ref())
+                        .await
+                        .map(|job| Acked::from_job(job, lane.shape))
                 }
             });
         }
         self.routes.release(
             outcomes
                 .iter()
-                .filter_map(|o| o.as_ref().ok().map(|job| job.id)),
+                .filter_map(|o| o.as_ref().ok().map(Acked::id)),
         );
         outcomes
     }
 
+    /// One `ack_many` statement, reading back the columns `shape` needs: the payload columns
+    /// (args, meta, result, ...) cost PostgreSQL their output and this server their decoding.
     async fn ack_many(
         &self,
         schema: Option<&str>,
+        shape: AckShape,
         ids: &[Uuid],
         tokens: &[Option<Uuid>],
         results: &[Option<Value>],
-    ) -> Result<Vec<Job>, DbError> {
-        let sql = match schema {
-            Some(schema) => format!("SELECT * FROM {schema}.ack_many($1, $2, $3)"),
-            None => "SELECT * FROM s3p.ack_many($1, $2, $3)".to_string(),
+    ) -> Result<Vec<Acked>, DbError> {
+        let columns = match shape {
+            AckShape::Whole => "*",
+            AckShape::Brief => CompletionRow::COLUMNS,
         };
-        let rows: Vec<JobRow> = self
-            .conflicts
+        let sql = format!(
+            "SELECT {columns} FROM {}.ack_many($1, $2, $3)",
+            schema.unwrap_or("s3p")
+        );
+        match shape {
+            AckShape::Whole => {
+                let rows: Vec<JobRow> = self.ack_rows(&sql, ids, tokens, results).await?;
+                let jobs = jobs(rows).map_err(DbError::Core)?;
+                Ok(jobs
+                    .into_iter()
+                    .map(|job| Acked::Whole(Box::new(job)))
+                    .collect())
+            }
+            AckShape::Brief => {
+                let rows: Vec<CompletionRow> = self.ack_rows(&sql, ids, tokens, results).await?;
+                rows.into_iter()
+                    .map(|row| Completion::try_from(row).map(Acked::Brief))
+                    .collect::<Result<_, _>>()
+                    .map_err(DbError::Core)
+            }
+        }
+    }
+
+    async fn ack_rows<R>(
+        &self,
+        sql: &str,
+        ids: &[Uuid],
+        tokens: &[Option<Uuid>],
+        results: &[Option<Value>],
+    ) -> Result<Vec<R>, DbError>
+    where
+        R: for<'r> sqlx::FromRow<'r, sqlx::postgres::PgRow> + Send + Unpin,
+    {
+        self.conflicts
             .rerun(|| {
-                sqlx::query_as(AssertSqlSafe(sql.clone()))
+                sqlx::query_as(AssertSqlSafe(sql.to_string()))
                     .bind(ids)
                     .bind(tokens)
                     .bind(results)
                     .fetch_all(&self.pool)
             })
             .await
-            .map_err(DbError::Sql)?;
-        jobs(rows).map_err(DbError::Core)
+            .map_err(DbError::Sql)
     }
 
     /// `s3p.ack` of one job: completes it or raises the precise error.

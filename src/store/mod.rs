@@ -26,9 +26,10 @@ use uuid::Uuid;
 
 use crate::model::access::Scope;
 use crate::model::error::{CoreError, ErrorKind};
-use crate::model::job::{Job, JobState, MaintenanceReport, QueueSummary, RetryPolicy};
+use crate::model::job::{Completion, Job, JobState, MaintenanceReport, QueueSummary, RetryPolicy};
 use crate::model::queue::{QueueConfig, QueueStats};
 pub use grouped::{AckItem, GroupingStats};
+use grouped::{AckShape, Acked};
 pub use rows::EventsRead;
 use rows::{EventReadRow, EventRow};
 pub use signals::{Signals, Wakeups};
@@ -714,23 +715,51 @@ impl Store {
         token: Option<Uuid>,
         result: Option<&Value>,
     ) -> Result<Job, CoreError> {
-        let mut outcome = self.ack_each(vec![(id, token, result.cloned())]).await?;
-        outcome
+        let outcome = self
+            .grouped
+            .ack(vec![(id, token, result.cloned())], AckShape::Whole)
+            .await?
             .pop()
-            .unwrap_or_else(|| Err(CoreError::not_found("job", &id.to_string())))
+            .unwrap_or_else(|| Err(CoreError::not_found("job", &id.to_string())))?;
+        let job = match outcome {
+            Acked::Whole(job) => *job,
+            Acked::Brief(_) => {
+                return Err(CoreError::new(
+                    ErrorKind::Backend,
+                    "a single ack read back only the completion",
+                ));
+            }
+        };
+        self.mark_jobs([&job]);
+        Ok(job)
     }
 
-    /// Completes jobs, each outcome exactly what a single ack of it answers, in order. Acks
-    /// that arrive while another group's commit is in flight join the next group: one statement
-    /// and one commit for all of them (plus one statement per ack it could not complete, which
-    /// names the reason).
+    /// Completes jobs, each outcome what a single ack of it answers (reading back only state and
+    /// times), in order. Acks that arrive while another group's commit is in flight join the next
+    /// group: one statement and one commit for all of them (plus one statement per ack it could
+    /// not complete, which names the reason).
     #[tracing::instrument(name = "db", skip_all, fields(op = "ack_each", jobs = items.len()))]
     pub async fn ack_each(
         &self,
         items: Vec<AckItem>,
-    ) -> Result<Vec<Result<Job, CoreError>>, CoreError> {
-        let outcomes = self.grouped.ack(items).await?;
-        self.mark_jobs(outcomes.iter().filter_map(|o| o.as_ref().ok()));
+    ) -> Result<Vec<Result<Completion, CoreError>>, CoreError> {
+        let outcomes: Vec<Result<Completion, CoreError>> = self
+            .grouped
+            .ack(items, AckShape::Brief)
+            .await?
+            .into_iter()
+            .map(|outcome| {
+                outcome.map(|acked| match acked {
+                    Acked::Brief(done) => done,
+                    Acked::Whole(job) => Completion::from(job.as_ref()),
+                })
+            })
+            .collect();
+        // A completion is terminal: the queue's maintenance is due now, as after any ack.
+        let now = Utc::now();
+        for done in outcomes.iter().flatten() {
+            self.mark_due(&done.queue, now);
+        }
         Ok(outcomes)
     }
 

@@ -4,7 +4,9 @@ use chrono::{DateTime, Utc};
 use serde_json::Value;
 use uuid::Uuid;
 
+use crate::model::error::{CoreError, ErrorKind};
 use crate::model::events::Event;
+use crate::model::job::{Completion, JobState};
 use crate::model::workflow::CronEntry;
 
 /// A row of `s3p.events_page` / `s3p.job_events`.
@@ -109,5 +111,40 @@ impl From<CronRow> for CronEntry {
             last_job_id: row.last_job_id,
             created_at: row.created_at,
         }
+    }
+}
+
+/// A row of `ack_many` as a batch ack reads it: only what the answer needs.
+#[derive(sqlx::FromRow)]
+pub struct CompletionRow {
+    id: Uuid,
+    queue: String,
+    state: String,
+    started_at: Option<DateTime<Utc>>,
+    completed_at: Option<DateTime<Utc>>,
+}
+
+impl CompletionRow {
+    /// The columns to select from `ack_many` for this row.
+    pub const COLUMNS: &'static str = "id, queue, state, started_at, completed_at";
+}
+
+impl TryFrom<CompletionRow> for Completion {
+    type Error = CoreError;
+
+    fn try_from(row: CompletionRow) -> Result<Completion, CoreError> {
+        let state = JobState::parse(&row.state).ok_or_else(|| {
+            CoreError::new(
+                ErrorKind::Backend,
+                format!("acked job has unknown state {}", row.state),
+            )
+        })?;
+        Ok(Completion {
+            id: row.id,
+            queue: row.queue,
+            state,
+            started_at: row.started_at,
+            completed_at: row.completed_at,
+        })
     }
 }
