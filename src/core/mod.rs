@@ -248,13 +248,9 @@ impl Service {
     /// says `ignore` may answer with the existing job (`created: false`).
     pub async fn enqueue(&self, job: EnqueueJob) -> Result<Enqueued, CoreError> {
         let row = validate::new_job_row(&job, Utc::now())?;
-        let requested = row
-            .get("id")
-            .and_then(|v| v.as_str())
-            .unwrap_or_default()
-            .to_string();
-        let job = self.store.enqueue(&row).await?;
-        let created = job.id.to_string() == requested;
+        let requested = row.id;
+        let job = self.store.enqueue(row).await?;
+        let created = job.id == requested;
         Ok(Enqueued { job, created })
     }
 
@@ -275,19 +271,16 @@ impl Service {
                 validate::new_job_row(job, now).map_err(|e| validate::batch_item_error(i, e))
             })
             .collect::<Result<Vec<_>, _>>()?;
-        let order: std::collections::HashMap<String, usize> = rows
+        let order: std::collections::HashMap<uuid::Uuid, usize> = rows
             .iter()
             .enumerate()
-            .filter_map(|(i, row)| Some((row.get("id")?.as_str()?.to_string(), i)))
+            .map(|(i, row)| (row.id, i))
             .collect();
-        let mut stored = self
-            .store
-            .enqueue_batch(&serde_json::Value::Array(rows))
-            .await?;
+        let mut stored = self.store.enqueue_batch(&rows).await?;
         // The store answers queue by queue; the caller gets its own order back. (A unique job
         // answered with an existing job keeps the store's order, which is already the caller's.)
-        if stored.iter().all(|j| order.contains_key(&j.id.to_string())) {
-            stored.sort_by_key(|j| order.get(&j.id.to_string()).copied());
+        if stored.iter().all(|j| order.contains_key(&j.id)) {
+            stored.sort_by_key(|j| order.get(&j.id).copied());
         }
         Ok(stored)
     }

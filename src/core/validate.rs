@@ -5,7 +5,7 @@ use serde_json::{Map, Value, json};
 use uuid::Uuid;
 
 use super::error::CoreError;
-use super::job::{EnqueueJob, JobTime, RetryPolicy, mint_job_id};
+use super::job::{EnqueueJob, JobTime, NewJob, RetryPolicy, mint_job_id};
 use crate::model::time::parse_duration_ms;
 
 /// Longest job type.
@@ -572,7 +572,7 @@ const SYSTEM_FIELDS: &[&str] = &[
 ];
 
 /// Validates a job to enqueue and returns its stored form (s3p.job field names).
-pub fn new_job_row(job: &EnqueueJob, now: DateTime<Utc>) -> Result<Value, CoreError> {
+pub fn new_job_row(job: &EnqueueJob, now: DateTime<Utc>) -> Result<NewJob, CoreError> {
     check_job_type(&job.job_type)?;
     let queue = job.queue().to_string();
     check_queue_name(&queue)?;
@@ -633,38 +633,65 @@ pub fn new_job_row(job: &EnqueueJob, now: DateTime<Utc>) -> Result<Value, CoreEr
         None => (None, None),
     };
     let rate = rate_limit(options.rate_limit.as_ref())?;
-    let mut row = json!({
-        "id": id,
+    let row = NewJob {
+        id,
         // Minted ids carry their queue and need no s3p.job_index row (s3p.given_job_ids).
-        "id_minted": minted,
-        "queue": queue,
-        "type": job.job_type,
-        "args": job.args,
-        "meta": meta,
-        "extra": job
+        id_minted: minted,
+        queue,
+        job_type: job.job_type.clone(),
+        args: job.args.clone(),
+        meta,
+        extra: job
             .extra
             .iter()
             .filter(|(k, _)| !SYSTEM_FIELDS.contains(&k.as_str()))
             .map(|(k, v)| (k.clone(), v.clone()))
-            .collect::<Map<String, Value>>(),
-        "state": if options.pending { "pending" } else { "available" },
-        "priority": priority,
-        "max_attempts": retry.max_attempts,
-        "timeout_ms": timeout_ms,
-        "visibility_timeout_ms": visibility_timeout_ms,
-        "retry": retry.stored(),
-        "uniq": unique,
-        "unique_key": unique_key,
-        "tags": options.tags.clone().unwrap_or_default(),
-        "scheduled_at": scheduled_at,
-        "expires_at": expires_at,
-        "errors": [],
-    });
-    if let Some(rate) = rate {
-        row["rate_limit_per_second"] = json!(rate);
-    }
-    check_no_nul("job", &row)?;
+            .collect(),
+        state: if options.pending {
+            "pending"
+        } else {
+            "available"
+        },
+        priority,
+        max_attempts: retry.max_attempts,
+        timeout_ms,
+        visibility_timeout_ms,
+        retry: retry.stored(),
+        uniq: unique,
+        unique_key,
+        tags: options.tags.clone().unwrap_or_default(),
+        scheduled_at,
+        expires_at,
+        errors: Vec::new(),
+        rate_limit_per_second: rate,
+    };
+    check_new_job_text(&row)?;
     Ok(row)
+}
+
+/// Refuses NUL characters anywhere in a new job's text (PostgreSQL stores none).
+fn check_new_job_text(row: &NewJob) -> Result<(), CoreError> {
+    for text in [
+        Some(&row.job_type),
+        Some(&row.queue),
+        row.unique_key.as_ref(),
+    ]
+    .into_iter()
+    .flatten()
+    .chain(&row.tags)
+    {
+        check_text("job", text)?;
+    }
+    for value in row.args.iter().chain([&row.retry]).chain(&row.uniq) {
+        check_no_nul("job", value)?;
+    }
+    for map in [Some(&row.extra), row.meta.as_ref()].into_iter().flatten() {
+        for (key, value) in map {
+            check_text("job", key)?;
+            check_no_nul("job", value)?;
+        }
+    }
+    Ok(())
 }
 
 /// Changes to a queue's configuration; `None` leaves a setting, `Some(None)` clears a quota.

@@ -274,9 +274,12 @@ fn dependencies(workflow: &NewWorkflow) -> Result<Vec<Vec<usize>>, CoreError> {
     Ok(deps)
 }
 
+/// A step's job validated and in the JSON `s3p.workflow_create` stores for it.
 fn prepared(job: &EnqueueJob, now: DateTime<Utc>, what: &str) -> Result<Value, CoreError> {
     refuse_nesting(job).map_err(|e| validate::within(what, e))?;
-    new_job_row(job, now).map_err(|e| validate::within(what, e))
+    let row = new_job_row(job, now).map_err(|e| validate::within(what, e))?;
+    serde_json::to_value(row)
+        .map_err(|e| CoreError::invalid(format!("{what}: {e}")).with_detail("field", what.into()))
 }
 
 /// The workflow primitives a step's `type` may not name: an SDK nesting a group or chain in a

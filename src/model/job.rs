@@ -179,6 +179,62 @@ pub struct Job {
     pub parent_results: Option<Value>,
 }
 
+/// A validated new job as the enqueue functions store it: `s3p.job`'s field names, serialized
+/// once into the statement's JSON argument (`jsonb_populate_recordset` reads it).
+#[derive(Debug, Clone, Serialize)]
+pub struct NewJob {
+    /// Its id: the client's, or minted.
+    pub id: Uuid,
+    /// Whether the server minted the id (it then carries its queue: no `s3p.job_index` row).
+    pub id_minted: bool,
+    /// The queue to store it in.
+    pub queue: String,
+    /// The job type.
+    #[serde(rename = "type")]
+    pub job_type: String,
+    /// Positional arguments.
+    pub args: Vec<Value>,
+    /// Metadata (with the producer's trace context).
+    pub meta: Option<Map<String, Value>>,
+    /// Top-level fields OJS does not name, echoed back.
+    pub extra: Map<String, Value>,
+    /// `pending` or `available`; SQL makes a job due later `scheduled`.
+    pub state: &'static str,
+    /// Higher first.
+    pub priority: i64,
+    /// Attempts allowed in all.
+    pub max_attempts: i32,
+    /// Server-side bound on one attempt's lease.
+    pub timeout_ms: Option<i64>,
+    /// The job's own lease length.
+    pub visibility_timeout_ms: Option<i64>,
+    /// The retry policy as stored (NULL for the default, see [`RetryPolicy::stored`]).
+    pub retry: Value,
+    /// The unique policy, normalised.
+    pub uniq: Option<Value>,
+    /// The unique key the policy computes.
+    pub unique_key: Option<String>,
+    /// Tags.
+    pub tags: Vec<String>,
+    /// When it becomes available.
+    pub scheduled_at: Option<DateTime<Utc>>,
+    /// After this it is never claimed.
+    pub expires_at: Option<DateTime<Utc>>,
+    /// Failure history: empty.
+    pub errors: Vec<Value>,
+    /// The queue's claim rate limit this job sets, if it sets one.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub rate_limit_per_second: Option<f64>,
+}
+
+impl NewJob {
+    /// Whether the queue's own `enqueue_plain` may store it: no unique key and no rate-limit
+    /// setting, whose checks take `s3p.enqueue`'s per-job path.
+    pub fn is_plain(&self) -> bool {
+        self.unique_key.is_none() && self.rate_limit_per_second.is_none()
+    }
+}
+
 /// What a batch ack answers for each job it completed: the job's new state and times, without
 /// its payload (the server reads back only these columns).
 #[derive(Debug, Clone, PartialEq, Eq)]

@@ -8,6 +8,7 @@ use super::rows::CronRow;
 use super::{Store, map_db_error};
 use crate::model::access::Scope;
 use crate::model::error::CoreError;
+use crate::model::job::NewJob;
 use crate::model::workflow::CronEntry;
 
 impl Store {
@@ -93,7 +94,7 @@ impl Store {
         name: &str,
         expected: DateTime<Utc>,
         following: Option<DateTime<Utc>>,
-        job: &Value,
+        job: &NewJob,
     ) -> Result<Option<Uuid>, CoreError> {
         // Firing enqueues a job (unique keys, the job index): a conflict is run again.
         self.retry_conflicts(|| {
@@ -101,7 +102,7 @@ impl Store {
                 .bind(name)
                 .bind(expected)
                 .bind(following)
-                .bind(job)
+                .bind(sqlx::types::Json(job))
                 .fetch_one(&self.pool)
         })
         .await

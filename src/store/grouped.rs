@@ -7,6 +7,7 @@ use std::collections::{HashMap, HashSet};
 use std::sync::Arc;
 
 use serde_json::Value;
+use sqlx::types::Json;
 use sqlx::{AssertSqlSafe, PgPool};
 use uuid::Uuid;
 
@@ -16,7 +17,7 @@ use super::routes::{Routes, is_stale};
 use super::rows::CompletionRow;
 use super::{JobRow, jobs, map_db_error};
 use crate::model::error::{CoreError, ErrorKind};
-use crate::model::job::{Completion, Job};
+use crate::model::job::{Completion, Job, NewJob};
 
 /// Most items one grouped statement takes.
 const MAX_GROUP: usize = 1000;
@@ -139,7 +140,7 @@ pub struct Grouped {
     shared: Shared,
     acks: Arc<Coalescer<AckLane, AckItem, Result<Acked, CoreError>>>,
     claims: Arc<Coalescer<ClaimLane, Option<String>, Slot>>,
-    enqueues: Arc<Coalescer<EnqueueLane, Value, Result<Job, CoreError>>>,
+    enqueues: Arc<Coalescer<EnqueueLane, NewJob, Result<Job, CoreError>>>,
 }
 
 impl Grouped {
@@ -163,7 +164,7 @@ impl Grouped {
             Box::pin(async move { s.run_claims(lane, owners).await })
         });
         let s = shared.clone();
-        let enqueues: Runner<EnqueueLane, Value, Result<Job, CoreError>> =
+        let enqueues: Runner<EnqueueLane, NewJob, Result<Job, CoreError>> =
             Arc::new(move |lane, rows| {
                 let s = s.clone();
                 Box::pin(async move { s.run_enqueues(lane, rows).await })
@@ -277,7 +278,7 @@ impl Grouped {
 
     /// Stores one job (no unique key, no rate-limit setting), grouped with concurrent single
     /// enqueues to the same queue.
-    pub async fn enqueue(&self, queue: &str, row: Value) -> Result<Job, CoreError> {
+    pub async fn enqueue(&self, queue: &str, row: NewJob) -> Result<Job, CoreError> {
         bump(&self.shared.counts.enqueue_requests);
         let lane = EnqueueLane {
             queue: queue.into(),
@@ -482,70 +483,51 @@ impl Shared {
     async fn run_enqueues(
         &self,
         lane: EnqueueLane,
-        rows: Vec<Value>,
+        rows: Vec<NewJob>,
     ) -> Vec<Result<Job, CoreError>> {
+        let ids: Vec<Uuid> = rows.iter().map(|row| row.id).collect();
         if let Some(schema) = &lane.schema {
             bump(&self.counts.enqueue_statements);
-            let ids: Vec<Option<Uuid>> = rows.iter().map(row_id).collect();
-            let batch = Value::Array(rows);
-            match enqueue_plain(&self.pool, &self.conflicts, schema, &lane.queue, &batch).await {
+            match enqueue_plain(&self.pool, &self.conflicts, schema, &lane.queue, &rows).await {
                 Ok(stored) => return by_given_id(Ok(stored), ids),
                 Err(error) if error.is_stale() => self.routes.forget(&lane.queue),
                 // One job: its own precise answer.
                 Err(error) if ids.len() == 1 => return vec![Err(error.into_core())],
                 Err(_) => {}
             }
-            let Value::Array(rows) = batch else {
-                return Vec::new();
-            };
-            return self.store_each(rows).await;
+            return self.store_each(&rows).await;
         }
-        let rows = if rows.len() > 1 {
+        if rows.len() > 1 {
             bump(&self.counts.enqueue_statements);
-            let ids: Vec<Option<Uuid>> = rows.iter().map(row_id).collect();
-            let batch = Value::Array(rows);
             let stored: Result<Vec<JobRow>, sqlx::Error> = self
                 .conflicts
                 .rerun(|| {
                     sqlx::query_as("SELECT * FROM s3p.enqueue_batch($1)")
-                        .bind(&batch)
+                        .bind(Json(&rows))
                         .fetch_all(&self.pool)
                 })
                 .await;
-            match stored {
-                Ok(stored) => return by_given_id(jobs(stored), ids),
-                Err(_) => match batch {
-                    Value::Array(rows) => rows,
-                    _ => Vec::new(),
-                },
+            if let Ok(stored) = stored {
+                return by_given_id(jobs(stored), ids);
             }
-        } else {
-            rows
-        };
-        self.store_each(rows).await
+        }
+        self.store_each(&rows).await
     }
 
     /// Each job stored on its own (`s3p.enqueue`), each with its own answer.
-    async fn store_each(&self, rows: Vec<Value>) -> Vec<Result<Job, CoreError>> {
+    async fn store_each(&self, rows: &[NewJob]) -> Vec<Result<Job, CoreError>> {
         let mut outcomes = Vec::with_capacity(rows.len());
         for row in rows {
             bump(&self.counts.enqueue_statements);
-            outcomes.push(enqueue_one(&self.pool, &self.conflicts, &row).await);
+            outcomes.push(enqueue_one(&self.pool, &self.conflicts, row).await);
         }
         outcomes
     }
 }
 
-fn row_id(row: &Value) -> Option<Uuid> {
-    row.get("id")?.as_str()?.parse().ok()
-}
-
 /// The stored jobs in the order their ids were given. Plain jobs only (the store's rule), so
 /// every stored job has the id it was given.
-fn by_given_id(
-    stored: Result<Vec<Job>, CoreError>,
-    ids: Vec<Option<Uuid>>,
-) -> Vec<Result<Job, CoreError>> {
+fn by_given_id(stored: Result<Vec<Job>, CoreError>, ids: Vec<Uuid>) -> Vec<Result<Job, CoreError>> {
     let stored = match stored {
         Ok(stored) => stored,
         Err(error) => return ids.iter().map(|_| Err(error.clone())).collect(),
@@ -553,7 +535,8 @@ fn by_given_id(
     let mut by_id: HashMap<Uuid, Job> = stored.into_iter().map(|job| (job.id, job)).collect();
     ids.into_iter()
         .map(|id| {
-            id.and_then(|id| by_id.remove(&id))
+            by_id
+                .remove(&id)
                 .ok_or_else(|| CoreError::new(ErrorKind::Backend, "enqueue got no outcome"))
         })
         .collect()
@@ -566,14 +549,14 @@ pub(super) async fn enqueue_plain(
     conflicts: &Conflicts,
     schema: &str,
     queue: &str,
-    rows: &Value,
+    rows: &[NewJob],
 ) -> Result<Vec<Job>, DbError> {
     let sql = format!("SELECT * FROM {schema}.enqueue_plain($1, $2)");
     let stored: Vec<JobRow> = conflicts
         .rerun(|| {
             sqlx::query_as(AssertSqlSafe(sql.clone()))
                 .bind(queue)
-                .bind(rows)
+                .bind(Json(rows))
                 .fetch_all(pool)
         })
         .await
@@ -585,12 +568,12 @@ pub(super) async fn enqueue_plain(
 pub(super) async fn enqueue_one(
     pool: &PgPool,
     conflicts: &Conflicts,
-    row: &Value,
+    row: &NewJob,
 ) -> Result<Job, CoreError> {
     let rows: Vec<JobRow> = conflicts
         .rerun(|| {
             sqlx::query_as("SELECT * FROM s3p.enqueue($1)")
-                .bind(row)
+                .bind(Json(row))
                 .fetch_all(pool)
         })
         .await
@@ -601,7 +584,7 @@ pub(super) async fn enqueue_one(
         .unwrap_or_else(|| {
             Err(CoreError::new(
                 ErrorKind::Backend,
-                format!("enqueue of {:?} returned no job", row_id(row)),
+                format!("enqueue of {} returned no job", row.id),
             ))
         })
 }

@@ -26,7 +26,9 @@ use uuid::Uuid;
 
 use crate::model::access::Scope;
 use crate::model::error::{CoreError, ErrorKind};
-use crate::model::job::{Completion, Job, JobState, MaintenanceReport, QueueSummary, RetryPolicy};
+use crate::model::job::{
+    Completion, Job, JobState, MaintenanceReport, NewJob, QueueSummary, RetryPolicy,
+};
 use crate::model::queue::{QueueConfig, QueueStats};
 pub use grouped::{AckItem, GroupingStats};
 use grouped::{AckShape, Acked};
@@ -198,19 +200,15 @@ async fn maintain_one_queue(
     vacuum_if_due(conn, queue, report).await
 }
 
-/// The queue of a plain job (no unique key, no rate-limit setting): the jobs the queue's own
+/// The queue of a plain job (see [`NewJob::is_plain`]): the jobs the queue's own
 /// `enqueue_plain` stores; others take `s3p.enqueue` for their per-job checks.
-fn plain_queue(row: &Value) -> Option<&str> {
-    let plain = row.get("unique_key").is_none_or(Value::is_null)
-        && row.get("rate_limit_per_second").is_none();
-    plain
-        .then(|| row.get("queue").and_then(Value::as_str))
-        .flatten()
+fn plain_queue(row: &NewJob) -> Option<&str> {
+    row.is_plain().then_some(row.queue.as_str())
 }
 
-/// The one queue of a non-empty array of plain jobs, if they share one.
-fn one_plain_queue(rows: &Value) -> Option<&str> {
-    let (first, rest) = rows.as_array()?.split_first()?;
+/// The one queue of a non-empty list of plain jobs, if they share one.
+fn one_plain_queue(rows: &[NewJob]) -> Option<&str> {
+    let (first, rest) = rows.split_first()?;
     let queue = plain_queue(first)?;
     rest.iter()
         .all(|row| plain_queue(row) == Some(queue))
@@ -579,10 +577,13 @@ impl Store {
     /// `s3p.enqueue`. Plain jobs (no unique key, no rate-limit setting) are grouped with
     /// concurrent single enqueues of their queue into one statement.
     #[tracing::instrument(name = "db", skip_all, fields(op = "enqueue"))]
-    pub async fn enqueue(&self, row: &Value) -> Result<Job, CoreError> {
-        let job = match plain_queue(row) {
-            Some(queue) => self.grouped.enqueue(queue, row.clone()).await,
-            None => grouped::enqueue_one(&self.pool, &self.conflicts, row).await,
+    pub async fn enqueue(&self, row: NewJob) -> Result<Job, CoreError> {
+        let job = match plain_queue(&row) {
+            Some(queue) => {
+                let queue = queue.to_string();
+                self.grouped.enqueue(&queue, row).await
+            }
+            None => grouped::enqueue_one(&self.pool, &self.conflicts, &row).await,
         }?;
         if let Some(at) = job.expires_at {
             self.mark_due(&job.queue, at);
@@ -593,7 +594,7 @@ impl Store {
     /// All or none: plain jobs of one known queue with the queue's own `enqueue_plain`, anything
     /// else with `s3p.enqueue_batch`.
     #[tracing::instrument(name = "db", skip_all, fields(op = "enqueue_batch"))]
-    pub async fn enqueue_batch(&self, rows: &Value) -> Result<Vec<Job>, CoreError> {
+    pub async fn enqueue_batch(&self, rows: &[NewJob]) -> Result<Vec<Job>, CoreError> {
         let stored = self.enqueue_batch_unmarked(rows).await?;
         for job in &stored {
             if let Some(at) = job.expires_at {
@@ -603,7 +604,7 @@ impl Store {
         Ok(stored)
     }
 
-    async fn enqueue_batch_unmarked(&self, rows: &Value) -> Result<Vec<Job>, CoreError> {
+    async fn enqueue_batch_unmarked(&self, rows: &[NewJob]) -> Result<Vec<Job>, CoreError> {
         if let Some(queue) = one_plain_queue(rows)
             && let Some(schema) = self.grouped.routes().schema(&self.pool, queue).await?
         {
@@ -615,7 +616,7 @@ impl Store {
         let rows = self
             .retry_conflicts(|| {
                 sqlx::query_as("SELECT * FROM s3p.enqueue_batch($1)")
-                    .bind(rows)
+                    .bind(sqlx::types::Json(rows))
                     .fetch_all(&self.pool)
             })
             .await
