@@ -5,7 +5,8 @@ use chrono::{DateTime, Utc};
 use serde_json::Value;
 use uuid::Uuid;
 
-use super::{JobRow, Store, jobs, map_db_error, one};
+use super::rows::{JobRow, jobs, one};
+use super::{Store, map_db_error};
 use crate::model::access::Scope;
 use crate::model::admin::{BulkAction, BulkError, JobFilter};
 use crate::model::error::{CoreError, ErrorKind};

@@ -13,9 +13,9 @@ use uuid::Uuid;
 
 use super::coalesce::{Coalescer, Runner};
 use super::conflicts::Conflicts;
+use super::map_db_error;
 use super::routes::{Routes, is_stale};
-use super::rows::CompletionRow;
-use super::{JobRow, jobs, map_db_error};
+use super::rows::{CompletionRow, JobRow, jobs, one};
 use crate::model::error::{CoreError, ErrorKind};
 use crate::model::job::{Completion, Job, NewJob};
 
@@ -420,7 +420,7 @@ impl Shared {
             })
             .await
             .map_err(map_db_error)?;
-        super::one(rows, id)
+        one(rows, id)
     }
 
     /// One claim statement for a group of fetches: a slot per job wanted, its worker id in it;

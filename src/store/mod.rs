@@ -6,34 +6,38 @@ pub mod admin_system;
 mod coalesce;
 mod conflicts;
 mod cron;
+mod errors;
+mod events;
 mod grouped;
 pub mod hosts;
 mod liveness;
+mod maintenance;
+mod metrics;
 pub mod migrate;
+mod queues;
 mod routes;
 mod rows;
 pub mod signals;
 mod stream;
 pub mod tokens;
+mod workflows;
 
 use std::time::Duration;
 
 use chrono::{DateTime, Utc};
-use serde_json::{Map, Value};
+use serde_json::Value;
 use sqlx::postgres::{PgConnectOptions, PgPool, PgPoolOptions};
-use sqlx::types::Json;
 use uuid::Uuid;
 
 use crate::model::access::Scope;
 use crate::model::error::{CoreError, ErrorKind};
-use crate::model::job::{
-    Completion, Job, JobState, MaintenanceReport, NewJob, QueueSummary, RetryPolicy,
-};
-use crate::model::queue::{QueueConfig, QueueStats};
+use crate::model::job::{Completion, Job, NewJob};
+pub use errors::map_db_error;
 pub use grouped::{AckItem, GroupingStats};
 use grouped::{AckShape, Acked};
+use maintenance::DueMarks;
 pub use rows::EventsRead;
-use rows::{EventReadRow, EventRow};
+use rows::{jobs, one};
 pub use signals::{Signals, Wakeups};
 
 /// The database handle of the service.
@@ -51,154 +55,8 @@ pub struct Store {
     follower: Option<std::sync::Arc<hosts::Follower>>,
 }
 
-/// One maintenance pass in this many also steps through queues whose jobs table waits for a
-/// vacuum (with the default 500 ms interval, every 10 s).
-const VACUUM_LOOK_EVERY: u32 = 20;
-
-/// Queues this gateway's requests gave maintenance work, each with the earliest time it is due,
-/// until the maintenance loop hands them to `s3p.mark_queues_due`.
-#[derive(Default)]
-struct DueMarks {
-    by_queue: std::collections::HashMap<String, DateTime<Utc>>,
-    /// Passes since the last look for jobs tables that wait for a vacuum.
-    passes: u32,
-}
-
-/// One row of `s3p.job`.
-#[derive(sqlx::FromRow)]
-struct JobRow {
-    id: Uuid,
-    queue: String,
-    #[sqlx(rename = "type")]
-    job_type: String,
-    args: Option<Value>,
-    meta: Option<Value>,
-    extra: Option<Value>,
-    state: String,
-    previous_state: Option<String>,
-    priority: Option<i32>,
-    attempt: Option<i32>,
-    max_attempts: Option<i32>,
-    timeout_ms: Option<i64>,
-    visibility_timeout_ms: Option<i64>,
-    retry: Option<Value>,
-    uniq: Option<Value>,
-    tags: Option<Value>,
-    created_at: Option<DateTime<Utc>>,
-    enqueued_at: Option<DateTime<Utc>>,
-    scheduled_at: Option<DateTime<Utc>>,
-    expires_at: Option<DateTime<Utc>>,
-    started_at: Option<DateTime<Utc>>,
-    completed_at: Option<DateTime<Utc>>,
-    cancelled_at: Option<DateTime<Utc>>,
-    run_at: Option<DateTime<Utc>>,
-    lease_token: Option<Uuid>,
-    lease_expires_at: Option<DateTime<Utc>>,
-    worker_id: Option<String>,
-    result: Option<Value>,
-    error: Option<Value>,
-    errors: Option<Value>,
-    retry_delay_ms: Option<i64>,
-    workflow_id: Option<Uuid>,
-    parent_results: Option<Value>,
-}
-
 /// A lease a heartbeat extended: job id, test directive, new lease end.
 pub type ExtendedLease = (Uuid, Option<String>, DateTime<Utc>);
-
-/// One row of `s3p.maintain_queue`.
-#[derive(sqlx::FromRow)]
-struct QueueMaintenanceRow {
-    released: i64,
-    expired: i64,
-    removed: i64,
-    retries_moved: i64,
-    rotated: bool,
-}
-
-/// Vacuums the queue's jobs table when `s3p.jobs_vacuum_due` says dead row versions piled up. A
-/// table that went away (a queue dropped meanwhile) or is being vacuumed already is left alone.
-async fn vacuum_if_due(
-    conn: &mut sqlx::PgConnection,
-    queue: &str,
-    report: &mut MaintenanceReport,
-) -> Result<(), CoreError> {
-    let due: Option<String> = sqlx::query_scalar("SELECT s3p.jobs_vacuum_due($1)")
-        .bind(queue)
-        .fetch_one(&mut *conn)
-        .await
-        .map_err(map_db_error)?;
-    let Some(table) = due else {
-        return Ok(());
-    };
-    match sqlx::raw_sql(sqlx::AssertSqlSafe(format!("VACUUM (SKIP_LOCKED) {table}")))
-        .execute(&mut *conn)
-        .await
-    {
-        Ok(_) => report.vacuums += 1,
-        Err(error) => tracing::warn!(queue, %error, "vacuum of the jobs table failed"),
-    }
-    Ok(())
-}
-
-/// The steps of a pass whose lock is held: each due queue in its own transaction (and, with
-/// `with_vacuum`, each whose jobs table waits for a vacuum), then the shared step.
-async fn maintenance_pass(
-    conn: &mut sqlx::PgConnection,
-    retention_ms: i64,
-    batch: i32,
-    with_vacuum: bool,
-    report: &mut MaintenanceReport,
-) -> Result<(), CoreError> {
-    let queues: Vec<String> = sqlx::query_scalar("SELECT s3p.due_queues($1)")
-        .bind(with_vacuum)
-        .fetch_all(&mut *conn)
-        .await
-        .map_err(map_db_error)?;
-    report.queues_stepped = queues.len() as i64;
-    // One queue's failure is that queue's alone: logged, counted, and the pass goes on.
-    for queue in queues {
-        if let Err(error) = maintain_one_queue(conn, &queue, retention_ms, batch, report).await {
-            tracing::warn!(queue, %error, "maintenance of a queue failed");
-            report.failed_steps.push(queue);
-        }
-    }
-    let shared = sqlx::query("SELECT s3p.maintain_shared($1)")
-        .bind(batch)
-        .execute(&mut *conn)
-        .await;
-    if let Err(error) = shared {
-        tracing::warn!(%error, "the shared maintenance step failed");
-        report.failed_steps.push(String::new());
-    }
-    Ok(())
-}
-
-/// One queue's maintenance step (its own transaction), then its vacuum when due.
-async fn maintain_one_queue(
-    conn: &mut sqlx::PgConnection,
-    queue: &str,
-    retention_ms: i64,
-    batch: i32,
-    report: &mut MaintenanceReport,
-) -> Result<(), CoreError> {
-    let row: QueueMaintenanceRow = sqlx::query_as(
-        "SELECT released, expired, removed, retries_moved, rotated
-           FROM s3p.maintain_queue($1, $2, $3)",
-    )
-    .bind(queue)
-    .bind(retention_ms)
-    .bind(batch)
-    .fetch_one(&mut *conn)
-    .await
-    .map_err(map_db_error)?;
-    report.released += row.released;
-    report.expired += row.expired;
-    report.removed += row.removed;
-    report.retries_moved += row.retries_moved;
-    report.rotations += i64::from(row.rotated);
-    vacuum_if_due(conn, queue, report).await
-}
 
 /// The queue of a plain job (see [`NewJob::is_plain`]): the jobs the queue's own
 /// `enqueue_plain` stores; others take `s3p.enqueue` for their per-job checks.
@@ -213,149 +71,6 @@ fn one_plain_queue(rows: &[NewJob]) -> Option<&str> {
     rest.iter()
         .all(|row| plain_queue(row) == Some(queue))
         .then_some(queue)
-}
-
-fn object(value: Option<Value>) -> Option<Map<String, Value>> {
-    match value {
-        Some(Value::Object(map)) => Some(map),
-        _ => None,
-    }
-}
-
-fn array(value: Option<Value>) -> Vec<Value> {
-    match value {
-        Some(Value::Array(items)) => items,
-        _ => Vec::new(),
-    }
-}
-
-impl TryFrom<JobRow> for Job {
-    type Error = CoreError;
-
-    fn try_from(row: JobRow) -> Result<Job, CoreError> {
-        let state = JobState::parse(&row.state).ok_or_else(|| {
-            CoreError::new(
-                ErrorKind::Backend,
-                format!("stored job has unknown state {}", row.state),
-            )
-        })?;
-        Ok(Job {
-            id: row.id,
-            queue: row.queue,
-            job_type: row.job_type,
-            args: array(row.args),
-            meta: object(row.meta),
-            extra: object(row.extra).unwrap_or_default(),
-            state,
-            previous_state: row.previous_state.as_deref().and_then(JobState::parse),
-            priority: row.priority.unwrap_or(0),
-            attempt: row.attempt.unwrap_or(0),
-            max_attempts: row.max_attempts.unwrap_or(1),
-            timeout_ms: row.timeout_ms,
-            visibility_timeout_ms: row.visibility_timeout_ms,
-            retry: row
-                .retry
-                .and_then(|r| serde_json::from_value::<RetryPolicy>(r).ok())
-                .unwrap_or_default(),
-            unique: row.uniq,
-            tags: array(row.tags)
-                .into_iter()
-                .filter_map(|t| t.as_str().map(str::to_string))
-                .collect(),
-            created_at: row.created_at.unwrap_or_else(Utc::now),
-            enqueued_at: row.enqueued_at,
-            scheduled_at: row.scheduled_at,
-            expires_at: row.expires_at,
-            started_at: row.started_at,
-            completed_at: row.completed_at,
-            cancelled_at: row.cancelled_at,
-            lease_token: row.lease_token,
-            lease_expires_at: row.lease_expires_at,
-            worker_id: row.worker_id,
-            result: row.result,
-            error: row.error,
-            errors: array(row.errors),
-            retry_delay_ms: row.retry_delay_ms,
-            run_at: row.run_at,
-            workflow_id: row.workflow_id,
-            parent_results: row.parent_results,
-        })
-    }
-}
-
-/// Maps a database error to a core error: our SQLSTATEs to their codes, the rest to backend errors.
-pub fn map_db_error(error: sqlx::Error) -> CoreError {
-    match &error {
-        sqlx::Error::Database(db) => {
-            let kind = match db.code().as_deref() {
-                Some("PV400") => ErrorKind::InvalidRequest,
-                Some("PV404") => ErrorKind::NotFound,
-                Some("PV409") => ErrorKind::Conflict,
-                Some("PV410") => ErrorKind::StaleLease,
-                Some("PV411") => {
-                    let mut error = CoreError::new(ErrorKind::Duplicate, db.message().to_string());
-                    if let Some(existing) = db
-                        .try_downcast_ref::<sqlx::postgres::PgDatabaseError>()
-                        .and_then(|e| e.detail())
-                    {
-                        error = error.with_detail("existing_job_id", existing.into());
-                    }
-                    return error;
-                }
-                Some("PV413") => ErrorKind::BatchTooLarge,
-                Some("PV429") => {
-                    let quota = db
-                        .try_downcast_ref::<sqlx::postgres::PgDatabaseError>()
-                        .and_then(|e| e.detail())
-                        .unwrap_or("quota")
-                        .to_string();
-                    return CoreError::new(ErrorKind::QuotaExceeded, db.message().to_string())
-                        .with_detail("quota", quota.into());
-                }
-                Some("PV422") => ErrorKind::ValidationError,
-                // read_only_sql_transaction: the database is a standby.
-                Some("25006") => ErrorKind::ReadOnly,
-                // admin/crash shutdown, cannot connect now (starting, in recovery), connection
-                // exceptions: the server went away or is not ready; a failover may be under way.
-                Some(code) if code.starts_with("57P") || code.starts_with("08") => {
-                    return CoreError::new(
-                        ErrorKind::Unavailable,
-                        format!("the database is unavailable: {}", db.message()),
-                    );
-                }
-                _ => {
-                    tracing::error!(error = %db, "database error");
-                    return CoreError::new(
-                        ErrorKind::Backend,
-                        "the database failed to run the operation",
-                    );
-                }
-            };
-            CoreError::new(kind, db.message().to_string())
-        }
-        sqlx::Error::PoolTimedOut | sqlx::Error::Io(_) | sqlx::Error::PoolClosed => CoreError::new(
-            ErrorKind::Unavailable,
-            format!("the database is unavailable: {error}"),
-        ),
-        _ => {
-            tracing::error!(%error, "database error");
-            CoreError::new(
-                ErrorKind::Backend,
-                "the database failed to run the operation",
-            )
-        }
-    }
-}
-
-fn jobs(rows: Vec<JobRow>) -> Result<Vec<Job>, CoreError> {
-    rows.into_iter().map(Job::try_from).collect()
-}
-
-fn one(rows: Vec<JobRow>, id: Uuid) -> Result<Job, CoreError> {
-    rows.into_iter()
-        .next()
-        .map(Job::try_from)
-        .unwrap_or_else(|| Err(CoreError::not_found("job", &id.to_string())))
 }
 
 impl Store {
@@ -427,56 +142,6 @@ impl Store {
             token_cache: Default::default(),
             follower,
         })
-    }
-
-    /// Records that `queue` has maintenance work due at `at` (a lease end, a TTL, a retry).
-    fn mark_due(&self, queue: &str, at: DateTime<Utc>) {
-        if let Ok(mut marks) = self.due_marks.lock() {
-            let due = marks.by_queue.entry(queue.to_string()).or_insert(at);
-            *due = (*due).min(at);
-        }
-    }
-
-    /// Marks the queues of `jobs`: at the lease end of active ones, else now (a transition the
-    /// queue's next step may have work from: retention, retries, workflow steps).
-    fn mark_jobs<'a>(&self, jobs: impl IntoIterator<Item = &'a Job>) {
-        let now = Utc::now();
-        for job in jobs {
-            let at = match job.state {
-                JobState::Active => job.lease_expires_at.unwrap_or(now),
-                _ => now,
-            };
-            self.mark_due(&job.queue, at);
-        }
-    }
-
-    /// Hands the marks to the database (every writable gateway, each maintenance interval).
-    async fn flush_due_marks(&self) -> Result<(), CoreError> {
-        let marks = match self.due_marks.lock() {
-            Ok(mut marks) => std::mem::take(&mut marks.by_queue),
-            Err(_) => return Ok(()),
-        };
-        if marks.is_empty() {
-            return Ok(());
-        }
-        let (names, dues): (Vec<String>, Vec<DateTime<Utc>>) = marks.into_iter().unzip();
-        let flushed = self
-            .retry_conflicts(|| {
-                sqlx::query("SELECT s3p.mark_queues_due($1, $2)")
-                    .bind(&names)
-                    .bind(&dues)
-                    .execute(&self.pool)
-            })
-            .await;
-        if let Err(error) = flushed {
-            // The database was away (a restart, a failover): keep the marks for the next pass,
-            // else a lease that ends meanwhile waits for the slow look at every queue.
-            for (queue, at) in names.iter().zip(dues) {
-                self.mark_due(queue, at);
-            }
-            return Err(map_db_error(error));
-        }
-        Ok(())
     }
 
     /// Runs a one-statement operation, again when PostgreSQL aborted it to break a deadlock or a
@@ -631,18 +296,6 @@ impl Store {
         sqlx::query_as("SELECT id, queue FROM s3p.job_queues($1)")
             .bind(ids)
             .fetch_all(&self.pool)
-            .await
-            .map_err(map_db_error)
-    }
-
-    /// Whether every queue of workflow `id` is in `scope` (true for a workflow that does not
-    /// exist: its own lookup answers not found).
-    #[tracing::instrument(name = "db", skip_all, fields(op = "workflow_in_scope"))]
-    pub async fn workflow_in_scope(&self, scope: &Scope, id: Uuid) -> Result<bool, CoreError> {
-        sqlx::query_scalar("SELECT s3p.workflow_in_scope($1, $2)")
-            .bind(id)
-            .bind(scope.like_patterns())
-            .fetch_one(&self.pool)
             .await
             .map_err(map_db_error)
     }
@@ -905,32 +558,6 @@ impl Store {
         Ok((jobs(rows)?, total))
     }
 
-    /// `s3p.job_events`: the retained events of one job, oldest first.
-    #[tracing::instrument(name = "db", skip_all, fields(op = "job_events"))]
-    pub async fn job_events(
-        &self,
-        id: Uuid,
-        limit: i32,
-    ) -> Result<Vec<crate::model::events::Event>, CoreError> {
-        sqlx::query_as::<_, EventRow>("SELECT * FROM s3p.job_events($1, $2)")
-            .bind(id)
-            .bind(limit)
-            .fetch_all(&self.pool)
-            .await
-            .map(|rows| {
-                rows.into_iter()
-                    .map(crate::model::events::Event::from)
-                    .collect()
-            })
-            .map_err(map_db_error)
-    }
-
-    /// The newest workflows with their progress (the first page of `s3p.workflows_list`).
-    pub async fn workflows_page(&self, scope: &Scope, limit: i32) -> Result<Value, CoreError> {
-        let (items, _) = self.workflows_list(scope, None, 0, limit).await?;
-        Ok(Value::Array(items))
-    }
-
     /// `s3p.retry_dead_letter`.
     #[tracing::instrument(name = "db", skip_all, fields(op = "retry_dead_letter"))]
     pub async fn retry_dead_letter(&self, id: Uuid) -> Result<Job, CoreError> {
@@ -959,53 +586,6 @@ impl Store {
         one(rows, id)
     }
 
-    /// One maintenance pass: `s3p.maintain_queue` for each queue, each its own transaction, then
-    /// `s3p.maintain_shared`, all under the maintenance lock held for this connection's session
-    /// (the lock `s3p.maintain` takes for its transaction), so one pass runs at a time across
-    /// gateways and SQL callers. Skipped at once when another holds it.
-    #[tracing::instrument(name = "db", skip_all, fields(op = "maintain"))]
-    pub async fn maintain(
-        &self,
-        retention_ms: i64,
-        batch: i32,
-    ) -> Result<MaintenanceReport, CoreError> {
-        // Every writable gateway hands over its marks, whether or not it runs the pass.
-        if let Err(error) = self.flush_due_marks().await {
-            tracing::warn!(%error, "marking queues due for maintenance failed");
-        }
-        // Looking for jobs tables that wait for a vacuum reads every queue's statistics: one
-        // pass in VACUUM_LOOK_EVERY does it.
-        let with_vacuum = match self.due_marks.lock() {
-            Ok(mut marks) => {
-                marks.passes = (marks.passes + 1) % VACUUM_LOOK_EVERY;
-                marks.passes == 1
-            }
-            Err(_) => true,
-        };
-        let mut conn = self.pool.acquire().await.map_err(map_db_error)?;
-        let held: bool =
-            sqlx::query_scalar("SELECT pg_try_advisory_lock(hashtext('s3p.maintain'))")
-                .fetch_one(&mut *conn)
-                .await
-                .map_err(map_db_error)?;
-        let mut report = MaintenanceReport {
-            ran: held,
-            ..Default::default()
-        };
-        if !held {
-            return Ok(report);
-        }
-        let pass = maintenance_pass(&mut conn, retention_ms, batch, with_vacuum, &mut report).await;
-        let unlocked = sqlx::query("SELECT pg_advisory_unlock(hashtext('s3p.maintain'))")
-            .execute(&mut *conn)
-            .await;
-        if unlocked.is_err() {
-            // Never hand a session that may still hold the lock back to the pool.
-            conn.close_on_drop();
-        }
-        pass.map(|()| report)
-    }
-
     /// Whether the database is a hot standby (read-only).
     #[tracing::instrument(name = "db", skip_all, fields(op = "in_recovery"))]
     pub async fn in_recovery(&self) -> Result<bool, CoreError> {
@@ -1013,277 +593,5 @@ impl Store {
             .fetch_one(&self.pool)
             .await
             .map_err(map_db_error)
-    }
-
-    /// `s3p.create_queue`: true when it was created now.
-    #[tracing::instrument(name = "db", skip_all, fields(op = "create_queue"))]
-    pub async fn create_queue(&self, queue: &str) -> Result<bool, CoreError> {
-        sqlx::query_scalar("SELECT s3p.create_queue($1)")
-            .bind(queue)
-            .fetch_one(&self.pool)
-            .await
-            .map_err(map_db_error)
-    }
-
-    /// `s3p.drop_queue`.
-    #[tracing::instrument(name = "db", skip_all, fields(op = "drop_queue"))]
-    pub async fn drop_queue(&self, queue: &str) -> Result<(), CoreError> {
-        let dropped = sqlx::query("SELECT s3p.drop_queue($1)")
-            .bind(queue)
-            .execute(&self.pool)
-            .await
-            .map(|_| ())
-            .map_err(map_db_error);
-        self.grouped.routes().forget(queue);
-        dropped
-    }
-
-    /// `s3p.adopt_queue`: how many job ids were indexed.
-    #[tracing::instrument(name = "db", skip_all, fields(op = "adopt_queue"))]
-    pub async fn adopt_queue(&self, queue: &str) -> Result<i64, CoreError> {
-        sqlx::query_scalar("SELECT s3p.adopt_queue($1)")
-            .bind(queue)
-            .fetch_one(&self.pool)
-            .await
-            .map_err(map_db_error)
-    }
-
-    /// `s3p.queue_stats`.
-    #[tracing::instrument(name = "db", skip_all, fields(op = "queue_stats"))]
-    pub async fn queue_stats(&self, queue: &str) -> Result<QueueStats, CoreError> {
-        sqlx::query_scalar("SELECT s3p.queue_stats($1)")
-            .bind(queue)
-            .fetch_one(&self.pool)
-            .await
-            .map(|Json(stats)| stats)
-            .map_err(map_db_error)
-    }
-
-    /// `s3p.queue_stats` of several queues in one round trip, in the order given.
-    #[tracing::instrument(name = "db", skip_all, fields(op = "queue_stats_of"))]
-    pub async fn queue_stats_of(&self, queues: &[String]) -> Result<Vec<QueueStats>, CoreError> {
-        sqlx::query_scalar(
-            "SELECT s3p.queue_stats(u.name) FROM unnest($1::text[]) WITH ORDINALITY AS u(name, i) \
-             ORDER BY u.i",
-        )
-        .bind(queues)
-        .fetch_all(&self.pool)
-        .await
-        .map(|rows| rows.into_iter().map(|Json(stats)| stats).collect())
-        .map_err(map_db_error)
-    }
-
-    /// `s3p.queue_config`.
-    #[tracing::instrument(name = "db", skip_all, fields(op = "queue_config"))]
-    pub async fn queue_config(
-        &self,
-        queue: &str,
-        changes: &Value,
-    ) -> Result<QueueConfig, CoreError> {
-        sqlx::query_scalar("SELECT s3p.queue_config($1, $2)")
-            .bind(queue)
-            .bind(changes)
-            .fetch_one(&self.pool)
-            .await
-            .map(|Json(config)| config)
-            .map_err(map_db_error)
-    }
-
-    /// `s3p.set_paused`.
-    #[tracing::instrument(name = "db", skip_all, fields(op = "set_paused"))]
-    pub async fn set_paused(&self, queue: &str, paused: bool) -> Result<bool, CoreError> {
-        sqlx::query_scalar("SELECT s3p.set_paused($1, $2)")
-            .bind(queue)
-            .bind(paused)
-            .fetch_one(&self.pool)
-            .await
-            .map_err(map_db_error)
-    }
-
-    /// `s3p.list_queues`; the available counts only when asked for.
-    #[tracing::instrument(name = "db", skip_all, fields(op = "list_queues"))]
-    pub async fn list_queues(
-        &self,
-        scope: &Scope,
-        count_available: bool,
-        after: Option<&str>,
-        page_size: Option<i64>,
-    ) -> Result<Vec<QueueSummary>, CoreError> {
-        let rows: Vec<(String, bool, DateTime<Utc>, Option<i64>)> = sqlx::query_as(
-            "SELECT name, paused, created_at, available FROM s3p.list_queues($1, $2, $3, $4)",
-        )
-        .bind(count_available)
-        .bind(after)
-        .bind(page_size.map(|n| n as i32))
-        .bind(scope.like_patterns())
-        .fetch_all(&self.pool)
-        .await
-        .map_err(map_db_error)?;
-        Ok(rows
-            .into_iter()
-            .map(|(name, paused, created_at, available)| QueueSummary {
-                name,
-                paused,
-                created_at,
-                available,
-            })
-            .collect())
-    }
-}
-
-impl Store {
-    /// How many queue namespaces of `scope` exist.
-    #[tracing::instrument(name = "db", skip_all, fields(op = "count_queues"))]
-    pub async fn count_queues(&self, scope: &Scope) -> Result<i64, CoreError> {
-        sqlx::query_scalar("SELECT count(*) FROM s3p.queues WHERE s3p.in_scope(name, $1)")
-            .bind(scope.like_patterns())
-            .fetch_one(&self.pool)
-            .await
-            .map_err(map_db_error)
-    }
-
-    /// `s3p.create_workflow`: the new workflow's view.
-    #[tracing::instrument(name = "db", skip_all, fields(op = "create_workflow"))]
-    pub async fn create_workflow(
-        &self,
-        id: Uuid,
-        name: &str,
-        kind: &str,
-        steps: &Value,
-        callbacks: &Value,
-    ) -> Result<Value, CoreError> {
-        self.retry_conflicts(|| {
-            sqlx::query_scalar("SELECT s3p.create_workflow($1, $2, $3, $4, $5)")
-                .bind(id)
-                .bind(name)
-                .bind(kind)
-                .bind(steps)
-                .bind(callbacks)
-                .fetch_one(&self.pool)
-        })
-        .await
-        .map_err(map_db_error)
-    }
-
-    /// `s3p.workflow_view`.
-    #[tracing::instrument(name = "db", skip_all, fields(op = "workflow"))]
-    pub async fn workflow(&self, id: Uuid) -> Result<Value, CoreError> {
-        sqlx::query_scalar("SELECT s3p.workflow_view($1)")
-            .bind(id)
-            .fetch_one(&self.pool)
-            .await
-            .map_err(map_db_error)
-    }
-
-    /// `s3p.cancel_workflow`.
-    #[tracing::instrument(name = "db", skip_all, fields(op = "cancel_workflow"))]
-    pub async fn cancel_workflow(&self, id: Uuid) -> Result<Value, CoreError> {
-        self.retry_conflicts(|| {
-            sqlx::query_scalar("SELECT s3p.cancel_workflow($1)")
-                .bind(id)
-                .fetch_one(&self.pool)
-        })
-        .await
-        .map_err(map_db_error)
-    }
-}
-
-impl Store {
-    /// `s3p.events_read`: a page of events and the horizon it stopped at.
-    #[tracing::instrument(name = "db", skip_all, fields(op = "events"))]
-    pub async fn events(
-        &self,
-        scope: &Scope,
-        after: crate::model::events::Cursor,
-        types: Option<Vec<String>>,
-        queues: Option<Vec<String>>,
-        job_types: Option<Vec<String>>,
-        limit: i32,
-    ) -> Result<EventsRead, CoreError> {
-        let rows = sqlx::query_as::<_, EventReadRow>(
-            "SELECT * FROM s3p.events_read($1, $2, $3, $4, $5, $6, $7)",
-        )
-        .bind(after.txid)
-        .bind(after.seq)
-        .bind(types)
-        .bind(queues)
-        .bind(job_types)
-        .bind(limit)
-        .bind(scope.like_patterns())
-        .fetch_all(&self.pool)
-        .await
-        .map_err(map_db_error)?;
-        let horizon = rows.first().map_or(0, |row| row.horizon);
-        Ok(EventsRead {
-            events: rows.into_iter().filter_map(EventReadRow::event).collect(),
-            horizon,
-        })
-    }
-
-    /// `s3p.events_held_through`: the newest transaction holding events after `after` at or past
-    /// `horizon`, the one a page stopped at (held back then: wait until a page passes it).
-    #[tracing::instrument(name = "db", skip_all, fields(op = "events_held"))]
-    pub async fn events_held_through(
-        &self,
-        after: crate::model::events::Cursor,
-        horizon: i64,
-    ) -> Result<Option<i64>, CoreError> {
-        sqlx::query_scalar("SELECT s3p.events_held_through($1, $2, $3)")
-            .bind(after.txid)
-            .bind(after.seq)
-            .bind(horizon)
-            .fetch_one(&self.pool)
-            .await
-            .map_err(map_db_error)
-    }
-
-    /// `s3p.events_end`.
-    #[tracing::instrument(name = "db", skip_all, fields(op = "events_end"))]
-    pub async fn events_end(&self) -> Result<crate::model::events::Cursor, CoreError> {
-        let (txid, seq): (i64, i64) = sqlx::query_as("SELECT * FROM s3p.events_end()")
-            .fetch_one(&self.pool)
-            .await
-            .map_err(map_db_error)?;
-        Ok(crate::model::events::Cursor { txid, seq })
-    }
-}
-
-impl Store {
-    /// `s3p.metrics_snapshot`: per-queue job and stream figures, `{"queues": [...]}`, read a page
-    /// of queues per statement so no transaction locks every queue's tables at once.
-    #[tracing::instrument(name = "db", skip_all, fields(op = "metrics_snapshot"))]
-    pub async fn metrics_snapshot(&self, scope: &Scope) -> Result<Value, CoreError> {
-        const PAGE: i32 = 25;
-        let patterns = scope.like_patterns();
-        let mut queues: Vec<Value> = Vec::new();
-        let mut after: Option<String> = None;
-        loop {
-            let mut page: Value = sqlx::query_scalar("SELECT s3p.metrics_snapshot($1, $2, $3)")
-                .bind(after.as_deref())
-                .bind(PAGE)
-                .bind(&patterns)
-                .fetch_one(&self.pool)
-                .await
-                .map_err(map_db_error)?;
-            let Some(Value::Array(rows)) = page.get_mut("queues").map(Value::take) else {
-                break;
-            };
-            let full = rows.len() == PAGE as usize;
-            after = rows
-                .last()
-                .and_then(|q| q.get("queue"))
-                .and_then(Value::as_str)
-                .map(str::to_string);
-            queues.extend(rows);
-            if !full || after.is_none() {
-                break;
-            }
-        }
-        Ok(serde_json::json!({ "queues": queues }))
-    }
-
-    /// Connections open and idle in the pool.
-    pub fn pool_usage(&self) -> (u32, usize) {
-        (self.pool.size(), self.pool.num_idle())
     }
 }

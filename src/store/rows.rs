@@ -1,13 +1,136 @@
 //! Rows as the SQL functions return them, read by sqlx, and their domain values.
 
 use chrono::{DateTime, Utc};
-use serde_json::Value;
+use serde_json::{Map, Value};
 use uuid::Uuid;
 
 use crate::model::error::{CoreError, ErrorKind};
 use crate::model::events::Event;
-use crate::model::job::{Completion, JobState};
+use crate::model::job::{Completion, Job, JobState, RetryPolicy};
 use crate::model::workflow::CronEntry;
+
+/// One row of `s3p.job`.
+#[derive(sqlx::FromRow)]
+pub struct JobRow {
+    id: Uuid,
+    queue: String,
+    #[sqlx(rename = "type")]
+    job_type: String,
+    args: Option<Value>,
+    meta: Option<Value>,
+    extra: Option<Value>,
+    state: String,
+    previous_state: Option<String>,
+    priority: Option<i32>,
+    attempt: Option<i32>,
+    max_attempts: Option<i32>,
+    timeout_ms: Option<i64>,
+    visibility_timeout_ms: Option<i64>,
+    retry: Option<Value>,
+    uniq: Option<Value>,
+    tags: Option<Value>,
+    created_at: Option<DateTime<Utc>>,
+    enqueued_at: Option<DateTime<Utc>>,
+    scheduled_at: Option<DateTime<Utc>>,
+    expires_at: Option<DateTime<Utc>>,
+    started_at: Option<DateTime<Utc>>,
+    completed_at: Option<DateTime<Utc>>,
+    cancelled_at: Option<DateTime<Utc>>,
+    run_at: Option<DateTime<Utc>>,
+    lease_token: Option<Uuid>,
+    lease_expires_at: Option<DateTime<Utc>>,
+    worker_id: Option<String>,
+    result: Option<Value>,
+    error: Option<Value>,
+    errors: Option<Value>,
+    retry_delay_ms: Option<i64>,
+    workflow_id: Option<Uuid>,
+    parent_results: Option<Value>,
+}
+
+impl TryFrom<JobRow> for Job {
+    type Error = CoreError;
+
+    fn try_from(row: JobRow) -> Result<Job, CoreError> {
+        let state = stored_state(&row.state)?;
+        Ok(Job {
+            id: row.id,
+            queue: row.queue,
+            job_type: row.job_type,
+            args: array(row.args),
+            meta: object(row.meta),
+            extra: object(row.extra).unwrap_or_default(),
+            state,
+            previous_state: row.previous_state.as_deref().and_then(JobState::parse),
+            priority: row.priority.unwrap_or(0),
+            attempt: row.attempt.unwrap_or(0),
+            max_attempts: row.max_attempts.unwrap_or(1),
+            timeout_ms: row.timeout_ms,
+            visibility_timeout_ms: row.visibility_timeout_ms,
+            retry: row
+                .retry
+                .and_then(|r| serde_json::from_value::<RetryPolicy>(r).ok())
+                .unwrap_or_default(),
+            unique: row.uniq,
+            tags: array(row.tags)
+                .into_iter()
+                .filter_map(|t| t.as_str().map(str::to_string))
+                .collect(),
+            created_at: row.created_at.unwrap_or_else(Utc::now),
+            enqueued_at: row.enqueued_at,
+            scheduled_at: row.scheduled_at,
+            expires_at: row.expires_at,
+            started_at: row.started_at,
+            completed_at: row.completed_at,
+            cancelled_at: row.cancelled_at,
+            lease_token: row.lease_token,
+            lease_expires_at: row.lease_expires_at,
+            worker_id: row.worker_id,
+            result: row.result,
+            error: row.error,
+            errors: array(row.errors),
+            retry_delay_ms: row.retry_delay_ms,
+            run_at: row.run_at,
+            workflow_id: row.workflow_id,
+            parent_results: row.parent_results,
+        })
+    }
+}
+
+pub fn jobs(rows: Vec<JobRow>) -> Result<Vec<Job>, CoreError> {
+    rows.into_iter().map(Job::try_from).collect()
+}
+
+pub fn one(rows: Vec<JobRow>, id: Uuid) -> Result<Job, CoreError> {
+    rows.into_iter()
+        .next()
+        .map(Job::try_from)
+        .unwrap_or_else(|| Err(CoreError::not_found("job", &id.to_string())))
+}
+
+fn object(value: Option<Value>) -> Option<Map<String, Value>> {
+    match value {
+        Some(Value::Object(map)) => Some(map),
+        _ => None,
+    }
+}
+
+fn array(value: Option<Value>) -> Vec<Value> {
+    match value {
+        Some(Value::Array(items)) => items,
+        _ => Vec::new(),
+    }
+}
+
+/// The state of a stored job row; one the model does not know is a backend error.
+fn stored_state(state: &str) -> Result<JobState, CoreError> {
+    JobState::parse(state).ok_or_else(|| {
+        CoreError::new(
+            ErrorKind::Backend,
+            format!("stored job has unknown state {state}"),
+        )
+    })
+}
 
 /// A row of `s3p.events_page` / `s3p.job_events`.
 #[derive(sqlx::FromRow)]
@@ -133,12 +256,7 @@ impl TryFrom<CompletionRow> for Completion {
     type Error = CoreError;
 
     fn try_from(row: CompletionRow) -> Result<Completion, CoreError> {
-        let state = JobState::parse(&row.state).ok_or_else(|| {
-            CoreError::new(
-                ErrorKind::Backend,
-                format!("acked job has unknown state {}", row.state),
-            )
-        })?;
+        let state = stored_state(&row.state)?;
         Ok(Completion {
             id: row.id,
             queue: row.queue,

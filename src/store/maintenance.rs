@@ -1,0 +1,213 @@
+//! The maintenance pass (each due queue in its own transaction, vacuums) and its due marks.
+
+use chrono::{DateTime, Utc};
+
+use super::{Store, map_db_error};
+use crate::model::error::CoreError;
+use crate::model::job::{Job, JobState, MaintenanceReport};
+
+/// One maintenance pass in this many also steps through queues whose jobs table waits for a
+/// vacuum (with the default 500 ms interval, every 10 s).
+const VACUUM_LOOK_EVERY: u32 = 20;
+
+/// Queues this gateway's requests gave maintenance work, each with the earliest time it is due,
+/// until the maintenance loop hands them to `s3p.mark_queues_due`.
+#[derive(Default)]
+pub(super) struct DueMarks {
+    by_queue: std::collections::HashMap<String, DateTime<Utc>>,
+    /// Passes since the last look for jobs tables that wait for a vacuum.
+    passes: u32,
+}
+
+/// One row of `s3p.maintain_queue`.
+#[derive(sqlx::FromRow)]
+struct QueueMaintenanceRow {
+    released: i64,
+    expired: i64,
+    removed: i64,
+    retries_moved: i64,
+    rotated: bool,
+}
+
+/// Vacuums the queue's jobs table when `s3p.jobs_vacuum_due` says dead row versions piled up. A
+/// table that went away (a queue dropped meanwhile) or is being vacuumed already is left alone.
+async fn vacuum_if_due(
+    conn: &mut sqlx::PgConnection,
+    queue: &str,
+    report: &mut MaintenanceReport,
+) -> Result<(), CoreError> {
+    let due: Option<String> = sqlx::query_scalar("SELECT s3p.jobs_vacuum_due($1)")
+        .bind(queue)
+        .fetch_one(&mut *conn)
+        .await
+        .map_err(map_db_error)?;
+    let Some(table) = due else {
+        return Ok(());
+    };
+    match sqlx::raw_sql(sqlx::AssertSqlSafe(format!("VACUUM (SKIP_LOCKED) {table}")))
+        .execute(&mut *conn)
+        .await
+    {
+        Ok(_) => report.vacuums += 1,
+        Err(error) => tracing::warn!(queue, %error, "vacuum of the jobs table failed"),
+    }
+    Ok(())
+}
+
+/// The steps of a pass whose lock is held: each due queue in its own transaction (and, with
+/// `with_vacuum`, each whose jobs table waits for a vacuum), then the shared step.
+async fn maintenance_pass(
+    conn: &mut sqlx::PgConnection,
+    retention_ms: i64,
+    batch: i32,
+    with_vacuum: bool,
+    report: &mut MaintenanceReport,
+) -> Result<(), CoreError> {
+    let queues: Vec<String> = sqlx::query_scalar("SELECT s3p.due_queues($1)")
+        .bind(with_vacuum)
+        .fetch_all(&mut *conn)
+        .await
+        .map_err(map_db_error)?;
+    report.queues_stepped = queues.len() as i64;
+    // One queue's failure is that queue's alone: logged, counted, and the pass goes on.
+    for queue in queues {
+        if let Err(error) = maintain_one_queue(conn, &queue, retention_ms, batch, report).await {
+            tracing::warn!(queue, %error, "maintenance of a queue failed");
+            report.failed_steps.push(queue);
+        }
+    }
+    let shared = sqlx::query("SELECT s3p.maintain_shared($1)")
+        .bind(batch)
+        .execute(&mut *conn)
+        .await;
+    if let Err(error) = shared {
+        tracing::warn!(%error, "the shared maintenance step failed");
+        report.failed_steps.push(String::new());
+    }
+    Ok(())
+}
+
+/// One queue's maintenance step (its own transaction), then its vacuum when due.
+async fn maintain_one_queue(
+    conn: &mut sqlx::PgConnection,
+    queue: &str,
+    retention_ms: i64,
+    batch: i32,
+    report: &mut MaintenanceReport,
+) -> Result<(), CoreError> {
+    let row: QueueMaintenanceRow = sqlx::query_as(
+        "SELECT released, expired, removed, retries_moved, rotated
+           FROM s3p.maintain_queue($1, $2, $3)",
+    )
+    .bind(queue)
+    .bind(retention_ms)
+    .bind(batch)
+    .fetch_one(&mut *conn)
+    .await
+    .map_err(map_db_error)?;
+    report.released += row.released;
+    report.expired += row.expired;
+    report.removed += row.removed;
+    report.retries_moved += row.retries_moved;
+    report.rotations += i64::from(row.rotated);
+    vacuum_if_due(conn, queue, report).await
+}
+
+impl Store {
+    /// One maintenance pass: `s3p.maintain_queue` for each queue, each its own transaction, then
+    /// `s3p.maintain_shared`, all under the maintenance lock held for this connection's session
+    /// (the lock `s3p.maintain` takes for its transaction), so one pass runs at a time across
+    /// gateways and SQL callers. Skipped at once when another holds it.
+    #[tracing::instrument(name = "db", skip_all, fields(op = "maintain"))]
+    pub async fn maintain(
+        &self,
+        retention_ms: i64,
+        batch: i32,
+    ) -> Result<MaintenanceReport, CoreError> {
+        // Every writable gateway hands over its marks, whether or not it runs the pass.
+        if let Err(error) = self.flush_due_marks().await {
+            tracing::warn!(%error, "marking queues due for maintenance failed");
+        }
+        // Looking for jobs tables that wait for a vacuum reads every queue's statistics: one
+        // pass in VACUUM_LOOK_EVERY does it.
+        let with_vacuum = match self.due_marks.lock() {
+            Ok(mut marks) => {
+                marks.passes = (marks.passes + 1) % VACUUM_LOOK_EVERY;
+                marks.passes == 1
+            }
+            Err(_) => true,
+        };
+        let mut conn = self.pool.acquire().await.map_err(map_db_error)?;
+        let held: bool =
+            sqlx::query_scalar("SELECT pg_try_advisory_lock(hashtext('s3p.maintain'))")
+                .fetch_one(&mut *conn)
+                .await
+                .map_err(map_db_error)?;
+        let mut report = MaintenanceReport {
+            ran: held,
+            ..Default::default()
+        };
+        if !held {
+            return Ok(report);
+        }
+        let pass = maintenance_pass(&mut conn, retention_ms, batch, with_vacuum, &mut report).await;
+        let unlocked = sqlx::query("SELECT pg_advisory_unlock(hashtext('s3p.maintain'))")
+            .execute(&mut *conn)
+            .await;
+        if unlocked.is_err() {
+            // Never hand a session that may still hold the lock back to the pool.
+            conn.close_on_drop();
+        }
+        pass.map(|()| report)
+    }
+
+    /// Records that `queue` has maintenance work due at `at` (a lease end, a TTL, a retry).
+    pub(super) fn mark_due(&self, queue: &str, at: DateTime<Utc>) {
+        if let Ok(mut marks) = self.due_marks.lock() {
+            let due = marks.by_queue.entry(queue.to_string()).or_insert(at);
+            *due = (*due).min(at);
+        }
+    }
+
+    /// Marks the queues of `jobs`: at the lease end of active ones, else now (a transition the
+    /// queue's next step may have work from: retention, retries, workflow steps).
+    pub(super) fn mark_jobs<'a>(&self, jobs: impl IntoIterator<Item = &'a Job>) {
+        let now = Utc::now();
+        for job in jobs {
+            let at = match job.state {
+                JobState::Active => job.lease_expires_at.unwrap_or(now),
+                _ => now,
+            };
+            self.mark_due(&job.queue, at);
+        }
+    }
+
+    /// Hands the marks to the database (every writable gateway, each maintenance interval).
+    async fn flush_due_marks(&self) -> Result<(), CoreError> {
+        let marks = match self.due_marks.lock() {
+            Ok(mut marks) => std::mem::take(&mut marks.by_queue),
+            Err(_) => return Ok(()),
+        };
+        if marks.is_empty() {
+            return Ok(());
+        }
+        let (names, dues): (Vec<String>, Vec<DateTime<Utc>>) = marks.into_iter().unzip();
+        let flushed = self
+            .retry_conflicts(|| {
+                sqlx::query("SELECT s3p.mark_queues_due($1, $2)")
+                    .bind(&names)
+                    .bind(&dues)
+                    .execute(&self.pool)
+            })
+            .await;
+        if let Err(error) = flushed {
+            // The database was away (a restart, a failover): keep the marks for the next pass,
+            // else a lease that ends meanwhile waits for the slow look at every queue.
+            for (queue, at) in names.iter().zip(dues) {
+                self.mark_due(queue, at);
+            }
+            return Err(map_db_error(error));
+        }
+        Ok(())
+    }
+}
