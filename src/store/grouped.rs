@@ -29,47 +29,75 @@ const LANE_STATEMENTS: usize = 2;
 /// One ack: job id, lease token (none = any lease), result.
 pub type AckItem = (Uuid, Option<Uuid>, Option<Value>);
 
-/// How much of each acked job a group reads back: the whole job (a single ack answers with it)
-/// or only its completion (a batch ack answers with state and times).
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
-pub enum AckShape {
-    /// Every column, decoded into a [`Job`].
-    Whole,
-    /// State and times, decoded into a [`Completion`].
-    Brief,
+/// What a group of acks reads back for each completed job: the whole [`Job`] (a single ack
+/// answers with it) or its [`Completion`] (a batch ack answers with state and times). Each has a
+/// coalescer of its own, so a group never mixes the two.
+pub trait AckRead: Sized + Send + 'static {
+    /// The row `ack_many` returns for it.
+    type Row: for<'r> sqlx::FromRow<'r, sqlx::postgres::PgRow> + Send + Unpin;
+    /// The columns to select from `ack_many`: the payload columns (args, meta, result, ...) cost
+    /// PostgreSQL their output and this server their decoding, so only what the answer needs.
+    const COLUMNS: &'static str;
+    /// The job's id.
+    fn id(&self) -> Uuid;
+    /// From a job a single ack (the precise-error path) completed.
+    fn from_job(job: Job) -> Self;
+    /// From the rows of one `ack_many` statement.
+    fn from_rows(rows: Vec<Self::Row>) -> Result<Vec<Self>, CoreError>;
+    /// The coalescer of this shape.
+    fn coalescer(grouped: &Grouped) -> &Arc<AckCoalescer<Self>>;
 }
 
-/// One ack's outcome, in the shape its request asked for.
-#[derive(Debug, Clone)]
-pub enum Acked {
-    /// The completed job (a single ack).
-    Whole(Box<Job>),
-    /// What the batch ack answers for it.
-    Brief(Completion),
-}
+/// The coalescer of the acks that read back `T`.
+pub type AckCoalescer<T> = Coalescer<AckLane, AckItem, Result<T, CoreError>>;
 
-impl Acked {
-    fn from_job(job: Job, shape: AckShape) -> Acked {
-        match shape {
-            AckShape::Whole => Acked::Whole(Box::new(job)),
-            AckShape::Brief => Acked::Brief(Completion::from(&job)),
-        }
-    }
+impl AckRead for Job {
+    type Row = JobRow;
+    const COLUMNS: &'static str = "*";
 
     fn id(&self) -> Uuid {
-        match self {
-            Acked::Whole(job) => job.id,
-            Acked::Brief(done) => done.id,
-        }
+        self.id
+    }
+
+    fn from_job(job: Job) -> Job {
+        job
+    }
+
+    fn from_rows(rows: Vec<JobRow>) -> Result<Vec<Job>, CoreError> {
+        jobs(rows)
+    }
+
+    fn coalescer(grouped: &Grouped) -> &Arc<AckCoalescer<Job>> {
+        &grouped.acks_whole
     }
 }
 
-/// Where the acks of a group go, and what they read back: the schema is a queue's (from the
-/// job → queue hint) or none (the catalog path).
+impl AckRead for Completion {
+    type Row = CompletionRow;
+    const COLUMNS: &'static str = CompletionRow::COLUMNS;
+
+    fn id(&self) -> Uuid {
+        self.id
+    }
+
+    fn from_job(job: Job) -> Completion {
+        Completion::from(&job)
+    }
+
+    fn from_rows(rows: Vec<CompletionRow>) -> Result<Vec<Completion>, CoreError> {
+        rows.into_iter().map(Completion::try_from).collect()
+    }
+
+    fn coalescer(grouped: &Grouped) -> &Arc<AckCoalescer<Completion>> {
+        &grouped.acks_brief
+    }
+}
+
+/// Where the acks of a group go: a queue's schema (from the job → queue hint) or none (the
+/// catalog path).
 #[derive(Clone, PartialEq, Eq, Hash)]
-struct AckLane {
+pub struct AckLane {
     schema: Option<Arc<str>>,
-    shape: AckShape,
 }
 
 /// A claim lane: queue, its schema, the fetch's visibility timeout and the server default.
@@ -138,7 +166,8 @@ fn read(counter: &std::sync::atomic::AtomicU64) -> u64 {
 /// The grouped operations of one store.
 pub struct Grouped {
     shared: Shared,
-    acks: Arc<Coalescer<AckLane, AckItem, Result<Acked, CoreError>>>,
+    acks_whole: Arc<AckCoalescer<Job>>,
+    acks_brief: Arc<AckCoalescer<Completion>>,
     claims: Arc<Coalescer<ClaimLane, Option<String>, Slot>>,
     enqueues: Arc<Coalescer<EnqueueLane, NewJob, Result<Job, CoreError>>>,
 }
@@ -153,7 +182,13 @@ impl Grouped {
             counts: Arc::new(Counts::default()),
         };
         let s = shared.clone();
-        let acks: Runner<AckLane, AckItem, Result<Acked, CoreError>> =
+        let acks_whole: Runner<AckLane, AckItem, Result<Job, CoreError>> =
+            Arc::new(move |lane, items| {
+                let s = s.clone();
+                Box::pin(async move { s.run_acks(lane, items).await })
+            });
+        let s = shared.clone();
+        let acks_brief: Runner<AckLane, AckItem, Result<Completion, CoreError>> =
             Arc::new(move |lane, items| {
                 let s = s.clone();
                 Box::pin(async move { s.run_acks(lane, items).await })
@@ -171,7 +206,8 @@ impl Grouped {
             });
         Grouped {
             shared,
-            acks: Coalescer::new(MAX_GROUP, LANE_STATEMENTS, acks),
+            acks_whole: Coalescer::new(MAX_GROUP, LANE_STATEMENTS, acks_whole),
+            acks_brief: Coalescer::new(MAX_GROUP, LANE_STATEMENTS, acks_brief),
             claims: Coalescer::new(MAX_GROUP, LANE_STATEMENTS, claims),
             enqueues: Coalescer::new(MAX_GROUP, LANE_STATEMENTS, enqueues),
         }
@@ -196,13 +232,12 @@ impl Grouped {
     }
 
     /// Completes jobs; one outcome per ack, in order, each what a single ack of it answers, read
-    /// back in `shape`. Acks of jobs this gateway claimed go to their queue's schema, grouped per
-    /// queue (and shape).
-    pub async fn ack(
+    /// back as `T`. Acks of jobs this gateway claimed go to their queue's schema, grouped per
+    /// queue.
+    pub async fn ack<T: AckRead>(
         &self,
         items: Vec<AckItem>,
-        shape: AckShape,
-    ) -> Result<Vec<Result<Acked, CoreError>>, CoreError> {
+    ) -> Result<Vec<Result<T, CoreError>>, CoreError> {
         bump(&self.shared.counts.ack_requests);
         // Items by the queue their job is remembered in, then each queue's schema looked up once.
         let routes = &self.shared.routes;
@@ -220,17 +255,18 @@ impl Grouped {
                 Some(queue) => routes.schema(&self.shared.pool, &queue).await?,
                 None => None,
             };
-            let lane = AckLane { schema, shape };
+            let lane = AckLane { schema };
             match lanes.iter_mut().find(|(l, _)| *l == lane) {
                 Some((_, all)) => all.extend(at),
                 None => lanes.push((lane, at)),
             }
         }
         let mut items: Vec<Option<AckItem>> = items.into_iter().map(Some).collect();
-        let mut outcomes: Vec<Option<Result<Acked, CoreError>>> = vec![None; items.len()];
+        let mut outcomes: Vec<Option<Result<T, CoreError>>> =
+            std::iter::repeat_with(|| None).take(items.len()).collect();
         for (lane, at) in lanes {
             let group = at.iter().filter_map(|&i| items[i].take()).collect();
-            let answered = self.acks.run(lane, group).await?;
+            let answered = T::coalescer(self).run(lane, group).await?;
             for (&i, outcome) in at.iter().zip(answered) {
                 outcomes[i] = Some(outcome);
             }
@@ -295,7 +331,11 @@ impl Shared {
     /// One statement for a group of acks; those it leaves out get a single ack each, which says
     /// why (or finds the job where the hint was wrong). A job acked twice in one group: the later
     /// acks go after the statement, as they would have after a separate one.
-    async fn run_acks(&self, lane: AckLane, items: Vec<AckItem>) -> Vec<Result<Acked, CoreError>> {
+    async fn run_acks<T: AckRead>(
+        &self,
+        lane: AckLane,
+        items: Vec<AckItem>,
+    ) -> Vec<Result<T, CoreError>> {
         let mut seen = HashSet::with_capacity(items.len());
         let first: Vec<bool> = items.iter().map(|(id, _, _)| seen.insert(*id)).collect();
         let (mut ids, mut tokens, mut results) = (Vec::new(), Vec::new(), Vec::new());
@@ -308,16 +348,14 @@ impl Shared {
         }
         bump(&self.counts.ack_statements);
         let mut grouped = self
-            .ack_many(lane.schema.as_deref(), lane.shape, &ids, &tokens, &results)
+            .ack_many::<T>(lane.schema.as_deref(), &ids, &tokens, &results)
             .await;
         if lane.schema.is_some() && grouped.as_ref().is_err_and(|e| e.is_stale()) {
             // The queue went away under the hint: the catalog path knows where each job is.
             bump(&self.counts.ack_statements);
-            grouped = self
-                .ack_many(None, lane.shape, &ids, &tokens, &results)
-                .await;
+            grouped = self.ack_many::<T>(None, &ids, &tokens, &results).await;
         }
-        let mut completed: HashMap<Uuid, Acked> = match grouped {
+        let mut completed: HashMap<Uuid, T> = match grouped {
             Ok(acked) => acked.into_iter().map(|a| (a.id(), a)).collect(),
             // Answer each on its own: one ack's failure must not become the others'.
             Err(_) => HashMap::new(),
@@ -331,53 +369,30 @@ impl Shared {
                     bump(&self.counts.ack_statements);
                     self.ack_one(id, token, result.as_ref())
                         .await
-                        .map(|job| Acked::from_job(job, lane.shape))
+                        .map(T::from_job)
                 }
             });
         }
-        self.routes.release(
-            outcomes
-                .iter()
-                .filter_map(|o| o.as_ref().ok().map(Acked::id)),
-        );
+        self.routes
+            .release(outcomes.iter().filter_map(|o| o.as_ref().ok().map(T::id)));
         outcomes
     }
 
-    /// One `ack_many` statement, reading back the columns `shape` needs: the payload columns
-    /// (args, meta, result, ...) cost PostgreSQL their output and this server their decoding.
-    async fn ack_many(
+    /// One `ack_many` statement, reading back `T`'s columns.
+    async fn ack_many<T: AckRead>(
         &self,
         schema: Option<&str>,
-        shape: AckShape,
         ids: &[Uuid],
         tokens: &[Option<Uuid>],
         results: &[Option<Value>],
-    ) -> Result<Vec<Acked>, DbError> {
-        let columns = match shape {
-            AckShape::Whole => "*",
-            AckShape::Brief => CompletionRow::COLUMNS,
-        };
+    ) -> Result<Vec<T>, DbError> {
         let sql = format!(
-            "SELECT {columns} FROM {}.ack_many($1, $2, $3)",
+            "SELECT {} FROM {}.ack_many($1, $2, $3)",
+            T::COLUMNS,
             schema.unwrap_or("s3p")
         );
-        match shape {
-            AckShape::Whole => {
-                let rows: Vec<JobRow> = self.ack_rows(&sql, ids, tokens, results).await?;
-                let jobs = jobs(rows).map_err(DbError::Core)?;
-                Ok(jobs
-                    .into_iter()
-                    .map(|job| Acked::Whole(Box::new(job)))
-                    .collect())
-            }
-            AckShape::Brief => {
-                let rows: Vec<CompletionRow> = self.ack_rows(&sql, ids, tokens, results).await?;
-                rows.into_iter()
-                    .map(|row| Completion::try_from(row).map(Acked::Brief))
-                    .collect::<Result<_, _>>()
-                    .map_err(DbError::Core)
-            }
-        }
+        let rows: Vec<T::Row> = self.ack_rows(&sql, ids, tokens, results).await?;
+        T::from_rows(rows).map_err(DbError::Core)
     }
 
     async fn ack_rows<R>(

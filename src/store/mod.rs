@@ -34,7 +34,6 @@ use crate::model::error::{CoreError, ErrorKind};
 use crate::model::job::{Completion, Job, NewJob};
 pub use errors::map_db_error;
 pub use grouped::{AckItem, GroupingStats};
-use grouped::{AckShape, Acked};
 use maintenance::DueMarks;
 pub use rows::EventsRead;
 use rows::{jobs, one};
@@ -369,21 +368,12 @@ impl Store {
         token: Option<Uuid>,
         result: Option<&Value>,
     ) -> Result<Job, CoreError> {
-        let outcome = self
+        let job = self
             .grouped
-            .ack(vec![(id, token, result.cloned())], AckShape::Whole)
+            .ack::<Job>(vec![(id, token, result.cloned())])
             .await?
             .pop()
             .unwrap_or_else(|| Err(CoreError::not_found("job", &id.to_string())))?;
-        let job = match outcome {
-            Acked::Whole(job) => *job,
-            Acked::Brief(_) => {
-                return Err(CoreError::new(
-                    ErrorKind::Backend,
-                    "a single ack read back only the completion",
-                ));
-            }
-        };
         self.mark_jobs([&job]);
         Ok(job)
     }
@@ -397,18 +387,7 @@ impl Store {
         &self,
         items: Vec<AckItem>,
     ) -> Result<Vec<Result<Completion, CoreError>>, CoreError> {
-        let outcomes: Vec<Result<Completion, CoreError>> = self
-            .grouped
-            .ack(items, AckShape::Brief)
-            .await?
-            .into_iter()
-            .map(|outcome| {
-                outcome.map(|acked| match acked {
-                    Acked::Brief(done) => done,
-                    Acked::Whole(job) => Completion::from(job.as_ref()),
-                })
-            })
-            .collect();
+        let outcomes = self.grouped.ack::<Completion>(items).await?;
         // A completion is terminal: the queue's maintenance is due now, as after any ack.
         let now = Utc::now();
         for done in outcomes.iter().flatten() {
