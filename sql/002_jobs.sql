@@ -223,12 +223,9 @@ BEGIN
             new_job.scheduled_at := (settled.existing).scheduled_at;
         END IF;
     END IF;
-    PERFORM s3p.reserve_job_ids(new_job.queue, s3p.given_job_ids(jsonb_build_array(job)));
-    PERFORM s3p.check_job_quota(new_job.queue, queue_schema, 1);
-    EXECUTE format('SELECT * FROM %I.enqueue($1)', queue_schema) INTO stored USING new_job;
-    IF stored.state = 'available' THEN
-        PERFORM pg_notify('s3p_jobs', stored.queue);
-    END IF;
+    -- The queue's enqueue_many reserves a given id, checks the quota and wakes workers.
+    EXECUTE format('SELECT * FROM %I.enqueue_many($1)', queue_schema) INTO stored
+      USING jsonb_build_array(to_jsonb(new_job) || jsonb_strip_nulls(jsonb_build_object('id_minted', job->'id_minted')));
     RETURN NEXT stored;
 END
 $$;
@@ -247,10 +244,7 @@ BEGIN
     -- One pass over the array says whether any job needs the single path and whether all share
     -- a queue (the usual batch), which then goes as it is, without regrouping.
     SELECT bool_or(e.value ? 'rate_limit_per_second' OR e.value->>'unique_key' IS NOT NULL) AS per_job,
-           min(e.value->>'queue') AS first_queue, max(e.value->>'queue') AS last_queue,
-           bool_or(e.value->>'state' IS DISTINCT FROM 'pending'
-                   AND (e.value->>'scheduled_at' IS NULL
-                        OR (e.value->>'scheduled_at')::timestamptz <= now())) AS any_available
+           min(e.value->>'queue') AS first_queue, max(e.value->>'queue') AS last_queue
       INTO first_pass
       FROM jsonb_array_elements(jobs) WITH ORDINALITY AS e(value, ord);
     IF first_pass.per_job THEN
@@ -268,39 +262,31 @@ BEGIN
         RETURN;
     END IF;
     IF first_pass.first_queue = first_pass.last_queue THEN
-        RETURN QUERY SELECT * FROM s3p.enqueue_part(first_pass.first_queue, jobs, first_pass.any_available);
+        RETURN QUERY SELECT * FROM s3p.enqueue_part(first_pass.first_queue, jobs);
         RETURN;
     END IF;
     FOR part IN
         SELECT e.value->>'queue' AS queue,
-               jsonb_agg(e.value ORDER BY e.ord) AS rows,
-               bool_or(e.value->>'state' IS DISTINCT FROM 'pending'
-                       AND (e.value->>'scheduled_at' IS NULL
-                            OR (e.value->>'scheduled_at')::timestamptz <= now())) AS any_available
+               jsonb_agg(e.value ORDER BY e.ord) AS rows
           FROM jsonb_array_elements(jobs) WITH ORDINALITY AS e(value, ord)
          GROUP BY e.value->>'queue'
          ORDER BY min(e.ord)
     LOOP
-        RETURN QUERY SELECT * FROM s3p.enqueue_part(part.queue, part.rows, part.any_available);
+        RETURN QUERY SELECT * FROM s3p.enqueue_part(part.queue, part.rows);
     END LOOP;
 END
 $$;
 
--- Stores the jobs of one queue of a batch: the ids clients gave reserved (all or none), the
--- quota checked, the jobs and events stored by the queue's enqueue_many, one NOTIFY.
+-- Stores the jobs of one queue of a batch with the queue's enqueue_many (ids reserved, quota
+-- checked, jobs and events stored, workers woken), creating the queue on first use.
 DROP FUNCTION IF EXISTS s3p.enqueue_part(text, jsonb, uuid[], boolean);
-CREATE OR REPLACE FUNCTION s3p.enqueue_part(queue text, part_jobs jsonb, any_available boolean)
+DROP FUNCTION IF EXISTS s3p.enqueue_part(text, jsonb, boolean);
+CREATE OR REPLACE FUNCTION s3p.enqueue_part(queue text, part_jobs jsonb)
 RETURNS SETOF s3p.job
 LANGUAGE plpgsql AS $$
-DECLARE
-    queue_schema text := s3p.ensure_queue_schema(queue);
 BEGIN
-    PERFORM s3p.reserve_job_ids(queue, s3p.given_job_ids(part_jobs));
-    PERFORM s3p.check_job_quota(queue, queue_schema, jsonb_array_length(part_jobs));
-    RETURN QUERY EXECUTE format('SELECT * FROM %I.enqueue_many($1)', queue_schema) USING part_jobs;
-    IF any_available THEN
-        PERFORM pg_notify('s3p_jobs', queue);
-    END IF;
+    RETURN QUERY EXECUTE format('SELECT * FROM %I.enqueue_many($1)', s3p.ensure_queue_schema(queue))
+      USING part_jobs;
 END
 $$;
 

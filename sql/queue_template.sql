@@ -69,83 +69,111 @@ BEGIN
 END
 $fn$;
 
--- Stores new jobs (a JSON array of s3p.job fields) and their events in one statement, in the
--- order given; each state follows from `pending` and `scheduled_at`. The array becomes rows in
--- one pass (jsonb_populate_recordset); the fields the queue sets are computed beside them.
-DROP FUNCTION IF EXISTS __SCHEMA__.enqueue_many(s3p.job[]);
-CREATE OR REPLACE FUNCTION __SCHEMA__.enqueue_many(new_jobs jsonb) RETURNS SETOF s3p.job
+-- Stores new jobs of this queue, given column by column (element k of every array belongs to job
+-- k; a NULL array means NULL for every job), all or none, in the order given: the ids clients
+-- gave (`given`) reserved (s3p.reserve_job_ids; minted ids need nothing), the quota checked, the
+-- jobs and their events stored in one statement, and one NOTIFY when any is available now. Each
+-- state follows from `pending` and `scheduled_at`. Every path that stores a new job ends here.
+-- Answers what the store set, in the order given.
+DROP FUNCTION IF EXISTS __SCHEMA__.enqueue_plain(text, jsonb);
+CREATE OR REPLACE FUNCTION __SCHEMA__.insert_jobs(
+    queue_name text, given uuid[], ids uuid[], types text[], job_args jsonb[], metas jsonb[],
+    extras jsonb[], requested text[], priorities int[], attempts_allowed int[], timeouts bigint[],
+    leases bigint[], retries jsonb[], uniqs jsonb[], unique_keys text[], tag_lists jsonb[],
+    scheduled timestamptz[], expiries timestamptz[], histories jsonb[], workflow_ids uuid[],
+    parents jsonb[])
+RETURNS TABLE (stored_id uuid, stored_state text, stored_created_at timestamptz,
+               stored_enqueued_at timestamptz, stored_run_at timestamptz, stored_seq bigint)
 LANGUAGE plpgsql AS $fn$
-BEGIN
-    RETURN QUERY
-    WITH given AS (
-        SELECT r.*, CASE WHEN r.state = 'pending' THEN 'pending'
-                         WHEN r.scheduled_at > now() THEN 'scheduled'
-                         ELSE 'available' END AS initial
-          FROM jsonb_populate_recordset(NULL::s3p.job, new_jobs) WITH ORDINALITY AS r
-    ), inserted AS (
-        INSERT INTO __SCHEMA__.jobs (
-            id, queue, type, args, meta, extra, state, previous_state, priority, attempt,
-            max_attempts, timeout_ms, visibility_timeout_ms, retry, uniq, tags, created_at,
-            enqueued_at, scheduled_at, expires_at, started_at, completed_at, cancelled_at,
-            run_at, lease_token, lease_expires_at, worker_id, result, error, errors,
-            retry_delay_ms, seq, unique_key, workflow_id, parent_results)
-        -- nextval runs after the sort, so seq follows the order given.
-        SELECT
-            g.id, g.queue, g.type, g.args, g.meta, g.extra, g.initial, g.previous_state,
-            g.priority, 0, g.max_attempts, g.timeout_ms, g.visibility_timeout_ms, g.retry,
-            g.uniq, g.tags, now(), CASE g.initial WHEN 'available' THEN now() END,
-            g.scheduled_at, g.expires_at, g.started_at, g.completed_at, g.cancelled_at,
-            CASE g.initial WHEN 'available' THEN now() ELSE coalesce(g.scheduled_at, now()) END,
-            g.lease_token, g.lease_expires_at, g.worker_id, g.result, g.error, g.errors,
-            g.retry_delay_ms, nextval('__SCHEMA__.job_seq'), g.unique_key, g.workflow_id,
-            g.parent_results
-          FROM given g
-         ORDER BY g.ordinality
-        RETURNING *
-    ), recorded AS (
-        -- One call for the statement's events (s3p.record_events), referenced below so it runs.
-        SELECT s3p.record_events(
-                   min(i.queue), 'job.enqueued', 'available',
-                   array_agg(i.id ORDER BY i.seq), array_agg(i.type ORDER BY i.seq),
-                   array_agg(i.attempt ORDER BY i.seq),
-                   array_agg(jsonb_build_object('priority', i.priority, 'scheduled_at', i.scheduled_at) ORDER BY i.seq),
-                   array_agg(CASE i.state WHEN 'scheduled' THEN 'job.scheduled' ELSE 'job.enqueued' END ORDER BY i.seq),
-                   array_agg(i.state ORDER BY i.seq)) AS events
-          FROM inserted i
-    )
-    SELECT i.* FROM inserted i, recorded ORDER BY i.seq;
-END
-$fn$;
-
--- Stores plain jobs of this queue (no unique key, no rate-limit setting: the caller's rule), given
--- as a JSON array with s3p.job field names and ids, all or none: the ids clients gave reserved
--- (s3p.reserve_job_ids; minted ids need nothing), the quota checked, jobs and events stored, one
--- NOTIFY. The server calls it directly for single enqueues and single-queue batches of a queue it
--- knows, skipping s3p.enqueue_batch's lookups and dynamic SQL; everything else goes through
--- s3p.enqueue_batch.
-CREATE OR REPLACE FUNCTION __SCHEMA__.enqueue_plain(queue_name text, new_jobs jsonb) RETURNS SETOF s3p.job
-LANGUAGE plpgsql AS $fn$
-DECLARE
-    given uuid[] := s3p.given_job_ids(new_jobs);
 BEGIN
     IF cardinality(given) > 0 THEN
         PERFORM s3p.reserve_job_ids(queue_name, given);
     END IF;
-    PERFORM s3p.check_job_quota(queue_name, NULL, jsonb_array_length(new_jobs));
-    RETURN QUERY SELECT * FROM __SCHEMA__.enqueue_many(new_jobs);
-    IF EXISTS (SELECT 1 FROM jsonb_array_elements(new_jobs) AS e(value)
-                WHERE e.value->>'state' IS DISTINCT FROM 'pending'
-                  AND (e.value->>'scheduled_at' IS NULL OR (e.value->>'scheduled_at')::timestamptz <= now())) THEN
-        PERFORM pg_notify('s3p_jobs', queue_name);
-    END IF;
+    PERFORM s3p.check_job_quota(queue_name, NULL, cardinality(ids));
+    RETURN QUERY
+    WITH input AS (
+        SELECT g.*, CASE WHEN g.wanted_state = 'pending' THEN 'pending'
+                         WHEN g.scheduled_at > now() THEN 'scheduled'
+                         ELSE 'available' END AS initial
+          FROM unnest(ids, types, job_args, metas, extras, requested, priorities, attempts_allowed,
+                      timeouts, leases, retries, uniqs, unique_keys, tag_lists, scheduled, expiries,
+                      histories, workflow_ids, parents)
+               WITH ORDINALITY AS g(id, type, args, meta, extra, wanted_state, priority, max_attempts,
+                                    timeout_ms, visibility_timeout_ms, retry, uniq, unique_key, tags,
+                                    scheduled_at, expires_at, errors, workflow_id, parent_results, ord)
+    ), inserted AS (
+        INSERT INTO __SCHEMA__.jobs AS j (
+            id, queue, type, args, meta, extra, state, priority, attempt, max_attempts, timeout_ms,
+            visibility_timeout_ms, retry, uniq, tags, created_at, enqueued_at, scheduled_at,
+            expires_at, run_at, errors, seq, unique_key, workflow_id, parent_results)
+        -- nextval runs after the sort, so seq follows the order given.
+        SELECT i.id, queue_name, i.type, i.args, i.meta, i.extra, i.initial, i.priority, 0, i.max_attempts, i.timeout_ms, i.visibility_timeout_ms, i.retry, i.uniq, i.tags, now(),
+               CASE i.initial WHEN 'available' THEN now() END, i.scheduled_at, i.expires_at,
+               CASE i.initial WHEN 'available' THEN now() ELSE coalesce(i.scheduled_at, now()) END,
+               i.errors, nextval('__SCHEMA__.job_seq'), i.unique_key, i.workflow_id, i.parent_results
+          FROM input i
+         ORDER BY i.ord
+        RETURNING j.id, j.type, j.state, j.priority, j.scheduled_at, j.created_at, j.enqueued_at,
+                  j.run_at, j.seq
+    ), recorded AS (
+        -- One call for the statement's events (s3p.record_events), referenced below so it runs.
+        SELECT s3p.record_events(
+                   queue_name, 'job.enqueued', 'available',
+                   array_agg(n.id ORDER BY n.seq), array_agg(n.type ORDER BY n.seq),
+                   array_fill(0, ARRAY[count(*)::int]),
+                   array_agg(jsonb_build_object('priority', n.priority, 'scheduled_at', n.scheduled_at) ORDER BY n.seq),
+                   array_agg(CASE n.state WHEN 'scheduled' THEN 'job.scheduled' ELSE 'job.enqueued' END ORDER BY n.seq),
+                   array_agg(n.state ORDER BY n.seq)) AS events,
+               bool_or(n.state = 'available') AS wake
+          FROM inserted n
+    ), woken AS (
+        SELECT pg_notify('s3p_jobs', queue_name) FROM recorded r WHERE r.wake
+    )
+    SELECT n.id, n.state, n.created_at, n.enqueued_at, n.run_at, n.seq
+      FROM inserted n, recorded, (SELECT count(*) FROM woken) w
+     ORDER BY n.seq;
 END
 $fn$;
 
--- Stores one new job.
-CREATE OR REPLACE FUNCTION __SCHEMA__.enqueue(new_job s3p.job) RETURNS s3p.job
-LANGUAGE sql AS $fn$
-    SELECT * FROM __SCHEMA__.enqueue_many(jsonb_build_array(to_jsonb(new_job)))
+-- Stores new jobs given as a JSON array with s3p.job field names (ids the server minted say
+-- `id_minted`) through insert_jobs, and answers them whole, in the order given: the path of
+-- jobs that need the catalog's checks first (unique keys, workflows, cron, mixed batches).
+DROP FUNCTION IF EXISTS __SCHEMA__.enqueue_many(s3p.job[]);
+CREATE OR REPLACE FUNCTION __SCHEMA__.enqueue_many(new_jobs jsonb) RETURNS SETOF s3p.job
+LANGUAGE plpgsql AS $fn$
+DECLARE
+    stored uuid[];
+BEGIN
+    SELECT array_agg(n.stored_id ORDER BY n.stored_seq) INTO stored
+      FROM (SELECT min(r.queue) AS queue, array_agg(r.id ORDER BY r.ordinality) AS ids, array_agg(r.type ORDER BY r.ordinality) AS types,
+                   array_agg(r.args ORDER BY r.ordinality) AS job_args, array_agg(r.meta ORDER BY r.ordinality) AS metas,
+                   array_agg(r.extra ORDER BY r.ordinality) AS extras, array_agg(r.state ORDER BY r.ordinality) AS requested,
+                   array_agg(r.priority ORDER BY r.ordinality) AS priorities,
+                   array_agg(r.max_attempts ORDER BY r.ordinality) AS attempts_allowed,
+                   array_agg(r.timeout_ms ORDER BY r.ordinality) AS timeouts,
+                   array_agg(r.visibility_timeout_ms ORDER BY r.ordinality) AS leases,
+                   array_agg(r.retry ORDER BY r.ordinality) AS retries, array_agg(r.uniq ORDER BY r.ordinality) AS uniqs,
+                   array_agg(r.unique_key ORDER BY r.ordinality) AS unique_keys,
+                   array_agg(r.tags ORDER BY r.ordinality) AS tag_lists,
+                   array_agg(r.scheduled_at ORDER BY r.ordinality) AS scheduled,
+                   array_agg(r.expires_at ORDER BY r.ordinality) AS expiries,
+                   array_agg(r.errors ORDER BY r.ordinality) AS histories,
+                   array_agg(r.workflow_id ORDER BY r.ordinality) AS workflow_ids,
+                   array_agg(r.parent_results ORDER BY r.ordinality) AS parents
+              FROM jsonb_populate_recordset(NULL::s3p.job, new_jobs) WITH ORDINALITY AS r) c,
+           __SCHEMA__.insert_jobs(
+               c.queue, s3p.given_job_ids(new_jobs), c.ids, c.types, c.job_args, c.metas, c.extras,
+               c.requested, c.priorities, c.attempts_allowed, c.timeouts, c.leases, c.retries,
+               c.uniqs, c.unique_keys, c.tag_lists, c.scheduled, c.expiries, c.histories,
+               c.workflow_ids, c.parents) n;
+    RETURN QUERY
+    SELECT j.* FROM unnest(stored) WITH ORDINALITY AS s(id, ord)
+      JOIN __SCHEMA__.jobs j ON j.id = s.id
+     ORDER BY s.ord;
+END
 $fn$;
+
+DROP FUNCTION IF EXISTS __SCHEMA__.enqueue(s3p.job);
 
 -- One job, with the state a reader should see: due scheduled/retryable work and expired leases
 -- with attempts left read as available.

@@ -93,6 +93,15 @@ impl RetryPolicy {
     }
 }
 
+impl RetryPolicy {
+    /// The policy as stored: NULL, or anything that does not read as a policy, is the default.
+    pub fn from_stored(stored: Option<Value>) -> RetryPolicy {
+        stored
+            .and_then(|r| serde_json::from_value::<RetryPolicy>(r).ok())
+            .unwrap_or_default()
+    }
+}
+
 impl Default for RetryPolicy {
     fn default() -> Self {
         RetryPolicy {
@@ -228,7 +237,7 @@ pub struct NewJob {
 }
 
 impl NewJob {
-    /// Whether the queue's own `enqueue_plain` may store it: no unique key and no rate-limit
+    /// Whether the queue's own `insert_jobs` may store it: no unique key and no rate-limit
     /// setting, whose checks take `s3p.enqueue`'s per-job path.
     pub fn is_plain(&self) -> bool {
         self.unique_key.is_none() && self.rate_limit_per_second.is_none()

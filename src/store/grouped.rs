@@ -492,7 +492,7 @@ impl Shared {
         jobs(rows).map_err(DbError::Core)
     }
 
-    /// One statement for a group of single enqueues (the queue's `enqueue_plain`, else
+    /// One statement for a group of single enqueues (the queue's `insert_jobs`, else
     /// `s3p.enqueue_batch`: all or none); when a group fails, each is stored on its own so that
     /// each gets its own answer. Once the group's statement has committed nothing is stored again.
     async fn run_enqueues(
@@ -503,7 +503,15 @@ impl Shared {
         let ids: Vec<Uuid> = rows.iter().map(|row| row.id).collect();
         if let Some(schema) = &lane.schema {
             bump(&self.counts.enqueue_statements);
-            match enqueue_plain(&self.pool, &self.conflicts, schema, &lane.queue, &rows).await {
+            match super::new_jobs::insert_jobs(
+                &self.pool,
+                &self.conflicts,
+                schema,
+                &lane.queue,
+                &rows,
+            )
+            .await
+            {
                 Ok(stored) => return by_given_id(Ok(stored), ids),
                 Err(error) if error.is_stale() => self.routes.forget(&lane.queue),
                 // One job: its own precise answer.
@@ -555,28 +563,6 @@ fn by_given_id(stored: Result<Vec<Job>, CoreError>, ids: Vec<Uuid>) -> Vec<Resul
                 .ok_or_else(|| CoreError::new(ErrorKind::Backend, "enqueue got no outcome"))
         })
         .collect()
-}
-
-/// The queue's own `enqueue_plain` (schema from the route hint): plain jobs of one queue, all or
-/// none, in the order given.
-pub(super) async fn enqueue_plain(
-    pool: &PgPool,
-    conflicts: &Conflicts,
-    schema: &str,
-    queue: &str,
-    rows: &[NewJob],
-) -> Result<Vec<Job>, DbError> {
-    let sql = format!("SELECT * FROM {schema}.enqueue_plain($1, $2)");
-    let stored: Vec<JobRow> = conflicts
-        .rerun(|| {
-            sqlx::query_as(AssertSqlSafe(sql.clone()))
-                .bind(queue)
-                .bind(Json(rows))
-                .fetch_all(pool)
-        })
-        .await
-        .map_err(DbError::Sql)?;
-    jobs(stored).map_err(DbError::Core)
 }
 
 /// `s3p.enqueue` of one job.

@@ -14,6 +14,7 @@ mod liveness;
 mod maintenance;
 mod metrics;
 pub mod migrate;
+mod new_jobs;
 mod queues;
 mod routes;
 mod rows;
@@ -58,7 +59,7 @@ pub struct Store {
 pub type ExtendedLease = (Uuid, Option<String>, DateTime<Utc>);
 
 /// The queue of a plain job (see [`NewJob::is_plain`]): the jobs the queue's own
-/// `enqueue_plain` stores; others take `s3p.enqueue` for their per-job checks.
+/// `insert_jobs` stores; others take `s3p.enqueue` for their per-job checks.
 fn plain_queue(row: &NewJob) -> Option<&str> {
     row.is_plain().then_some(row.queue.as_str())
 }
@@ -255,7 +256,7 @@ impl Store {
         Ok(job)
     }
 
-    /// All or none: plain jobs of one known queue with the queue's own `enqueue_plain`, anything
+    /// All or none: plain jobs of one known queue with the queue's own `insert_jobs`, anything
     /// else with `s3p.enqueue_batch`.
     #[tracing::instrument(name = "db", skip_all, fields(op = "enqueue_batch"))]
     pub async fn enqueue_batch(&self, rows: &[NewJob]) -> Result<Vec<Job>, CoreError> {
@@ -272,7 +273,7 @@ impl Store {
         if let Some(queue) = one_plain_queue(rows)
             && let Some(schema) = self.grouped.routes().schema(&self.pool, queue).await?
         {
-            match grouped::enqueue_plain(&self.pool, &self.conflicts, &schema, queue, rows).await {
+            match new_jobs::insert_jobs(&self.pool, &self.conflicts, &schema, queue, rows).await {
                 Err(error) if error.is_stale() => self.grouped.routes().forget(queue),
                 stored => return stored.map_err(grouped::DbError::into_core),
             }

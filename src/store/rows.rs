@@ -67,10 +67,7 @@ impl TryFrom<JobRow> for Job {
             max_attempts: row.max_attempts.unwrap_or(1),
             timeout_ms: row.timeout_ms,
             visibility_timeout_ms: row.visibility_timeout_ms,
-            retry: row
-                .retry
-                .and_then(|r| serde_json::from_value::<RetryPolicy>(r).ok())
-                .unwrap_or_default(),
+            retry: RetryPolicy::from_stored(row.retry),
             unique: row.uniq,
             tags: array(row.tags)
                 .into_iter()
@@ -123,7 +120,7 @@ fn array(value: Option<Value>) -> Vec<Value> {
 }
 
 /// The state of a stored job row; one the model does not know is a backend error.
-fn stored_state(state: &str) -> Result<JobState, CoreError> {
+pub(super) fn stored_state(state: &str) -> Result<JobState, CoreError> {
     JobState::parse(state).ok_or_else(|| {
         CoreError::new(
             ErrorKind::Backend,

@@ -1,0 +1,183 @@
+//! Plain new jobs of one queue stored through the queue's `insert_jobs`: the jobs go in column by
+//! column (binary arrays, no JSON document to parse) and only what the store sets comes back.
+
+use chrono::{DateTime, Utc};
+use serde_json::{Map, Value};
+use sqlx::types::Json;
+use sqlx::{AssertSqlSafe, PgPool};
+use uuid::Uuid;
+
+use super::conflicts::Conflicts;
+use super::grouped::DbError;
+use super::rows::stored_state;
+use crate::model::error::{CoreError, ErrorKind};
+use crate::model::job::{Job, NewJob, RetryPolicy};
+
+/// What `insert_jobs` set on one stored job.
+#[derive(sqlx::FromRow)]
+struct StoredRow {
+    stored_id: Uuid,
+    stored_state: String,
+    stored_created_at: DateTime<Utc>,
+    stored_enqueued_at: Option<DateTime<Utc>>,
+    stored_run_at: Option<DateTime<Utc>>,
+}
+
+/// The jobs as `insert_jobs`' arguments: element k of every column is job k.
+struct Columns<'a> {
+    given: Vec<Uuid>,
+    ids: Vec<Uuid>,
+    types: Vec<&'a str>,
+    args: Vec<Json<&'a Vec<Value>>>,
+    metas: Vec<Option<Json<&'a Map<String, Value>>>>,
+    extras: Vec<Json<&'a Map<String, Value>>>,
+    states: Vec<&'a str>,
+    priorities: Vec<i32>,
+    max_attempts: Vec<i32>,
+    timeouts: Vec<Option<i64>>,
+    leases: Vec<Option<i64>>,
+    retries: Vec<Option<Json<&'a Value>>>,
+    uniqs: Vec<Option<Json<&'a Value>>>,
+    unique_keys: Vec<Option<&'a str>>,
+    tags: Vec<Json<&'a Vec<String>>>,
+    scheduled: Vec<Option<DateTime<Utc>>>,
+    expiries: Vec<Option<DateTime<Utc>>>,
+    histories: Vec<Json<&'a Vec<Value>>>,
+}
+
+/// A JSON value as a column: JSON `null` is SQL NULL, as the JSON path stores it.
+fn json_column(value: &Value) -> Option<Json<&Value>> {
+    (!value.is_null()).then_some(Json(value))
+}
+
+impl<'a> Columns<'a> {
+    fn of(jobs: &'a [NewJob]) -> Result<Columns<'a>, CoreError> {
+        let priority = |job: &NewJob| {
+            i32::try_from(job.priority)
+                .map_err(|_| CoreError::new(ErrorKind::InvalidRequest, "priority is out of range"))
+        };
+        Ok(Columns {
+            given: jobs.iter().filter(|j| !j.id_minted).map(|j| j.id).collect(),
+            ids: jobs.iter().map(|j| j.id).collect(),
+            types: jobs.iter().map(|j| j.job_type.as_str()).collect(),
+            args: jobs.iter().map(|j| Json(&j.args)).collect(),
+            metas: jobs.iter().map(|j| j.meta.as_ref().map(Json)).collect(),
+            extras: jobs.iter().map(|j| Json(&j.extra)).collect(),
+            states: jobs.iter().map(|j| j.state).collect(),
+            priorities: jobs.iter().map(priority).collect::<Result<_, _>>()?,
+            max_attempts: jobs.iter().map(|j| j.max_attempts).collect(),
+            timeouts: jobs.iter().map(|j| j.timeout_ms).collect(),
+            leases: jobs.iter().map(|j| j.visibility_timeout_ms).collect(),
+            retries: jobs.iter().map(|j| json_column(&j.retry)).collect(),
+            uniqs: jobs
+                .iter()
+                .map(|j| j.uniq.as_ref().and_then(json_column))
+                .collect(),
+            unique_keys: jobs.iter().map(|j| j.unique_key.as_deref()).collect(),
+            tags: jobs.iter().map(|j| Json(&j.tags)).collect(),
+            scheduled: jobs.iter().map(|j| j.scheduled_at).collect(),
+            expiries: jobs.iter().map(|j| j.expires_at).collect(),
+            histories: jobs.iter().map(|j| Json(&j.errors)).collect(),
+        })
+    }
+}
+
+/// Stores plain jobs of one queue (schema from the route hint) with the queue's own
+/// `insert_jobs`: all or none, answered in the order given.
+pub(super) async fn insert_jobs(
+    pool: &PgPool,
+    conflicts: &Conflicts,
+    schema: &str,
+    queue: &str,
+    jobs: &[NewJob],
+) -> Result<Vec<Job>, DbError> {
+    let columns = Columns::of(jobs).map_err(DbError::Core)?;
+    let sql = format!(
+        "SELECT stored_id, stored_state, stored_created_at, stored_enqueued_at, stored_run_at
+           FROM {schema}.insert_jobs($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, $13, $14,
+                                     $15, $16, $17, $18, $19, NULL, NULL)"
+    );
+    let c = &columns;
+    let stored: Vec<StoredRow> = conflicts
+        .rerun(|| {
+            sqlx::query_as(AssertSqlSafe(sql.clone()))
+                .bind(queue)
+                .bind(&c.given)
+                .bind(&c.ids)
+                .bind(&c.types)
+                .bind(&c.args)
+                .bind(&c.metas)
+                .bind(&c.extras)
+                .bind(&c.states)
+                .bind(&c.priorities)
+                .bind(&c.max_attempts)
+                .bind(&c.timeouts)
+                .bind(&c.leases)
+                .bind(&c.retries)
+                .bind(&c.uniqs)
+                .bind(&c.unique_keys)
+                .bind(&c.tags)
+                .bind(&c.scheduled)
+                .bind(&c.expiries)
+                .bind(&c.histories)
+                .fetch_all(pool)
+        })
+        .await
+        .map_err(DbError::Sql)?;
+    if stored.len() != jobs.len() {
+        return Err(DbError::Core(CoreError::new(
+            ErrorKind::Backend,
+            format!("stored {} of {} jobs", stored.len(), jobs.len()),
+        )));
+    }
+    jobs.iter()
+        .zip(stored)
+        .map(|(job, row)| stored_job(job, row))
+        .collect::<Result<_, _>>()
+        .map_err(DbError::Core)
+}
+
+/// The job as stored: what was given, and what the store set.
+fn stored_job(job: &NewJob, row: StoredRow) -> Result<Job, CoreError> {
+    if row.stored_id != job.id {
+        return Err(CoreError::new(
+            ErrorKind::Backend,
+            format!("stored job {} where {} was due", row.stored_id, job.id),
+        ));
+    }
+    Ok(Job {
+        id: job.id,
+        queue: job.queue.clone(),
+        job_type: job.job_type.clone(),
+        args: job.args.clone(),
+        meta: job.meta.clone(),
+        extra: job.extra.clone(),
+        state: stored_state(&row.stored_state)?,
+        previous_state: None,
+        priority: i32::try_from(job.priority).unwrap_or_default(),
+        attempt: 0,
+        max_attempts: job.max_attempts,
+        timeout_ms: job.timeout_ms,
+        visibility_timeout_ms: job.visibility_timeout_ms,
+        retry: RetryPolicy::from_stored(Some(job.retry.clone())),
+        unique: job.uniq.as_ref().and_then(json_column).map(|u| u.0.clone()),
+        tags: job.tags.clone(),
+        created_at: row.stored_created_at,
+        enqueued_at: row.stored_enqueued_at,
+        scheduled_at: job.scheduled_at,
+        expires_at: job.expires_at,
+        started_at: None,
+        completed_at: None,
+        cancelled_at: None,
+        lease_token: None,
+        lease_expires_at: None,
+        worker_id: None,
+        result: None,
+        error: None,
+        errors: job.errors.clone(),
+        retry_delay_ms: None,
+        run_at: row.stored_run_at,
+        workflow_id: None,
+        parent_results: None,
+    })
+}
