@@ -6,7 +6,7 @@ use uuid::Uuid;
 
 use super::error::CoreError;
 use super::job::{EnqueueJob, JobTime, NewJob, RetryPolicy, mint_job_id};
-use crate::model::time::parse_duration_ms;
+use crate::model::time::{parse_duration_ms, stored_instant};
 
 /// Longest job type.
 pub const MAX_TYPE_LEN: usize = 255;
@@ -162,16 +162,22 @@ fn instant(field: &str, when: JobTime, now: DateTime<Utc>) -> Result<DateTime<Ut
             .with_detail("field", field.into())
     };
     match when {
-        // Years 1-9999 in UTC: PostgreSQL has no year 0 (an RFC 3339 text with an offset can
-        // still land there), and text parses only to year 9999; a typed time (gRPC) as well.
-        JobTime::At(t) if !(1..=9999).contains(&t.year()) => {
-            Err(invalid("is out of range (years 0001-9999 in UTC)"))
+        // Normalised first, so the answer (built from it) says what GET will read back.
+        JobTime::At(t) => {
+            let t = stored_instant(t);
+            // Years 1-9999 in UTC: PostgreSQL has no year 0 (an RFC 3339 text with an offset
+            // can still land there), and text parses only to year 9999; a typed time (gRPC) too.
+            if (1..=9999).contains(&t.year()) {
+                Ok(t)
+            } else {
+                Err(invalid("is out of range (years 0001-9999 in UTC)"))
+            }
         }
-        JobTime::At(t) => Ok(t),
         // Only a typed span (gRPC) can be negative: no +ISO-8601 text says that.
         JobTime::After(ms) if ms < 0 => Err(invalid("is not a +ISO-8601 duration")),
         JobTime::After(ms) => now
             .checked_add_signed(Duration::milliseconds(bounded_duration(field, ms)?))
+            .map(stored_instant)
             .ok_or_else(|| invalid("is out of range")),
     }
 }

@@ -34,6 +34,12 @@ pub fn parse_time(text: &str) -> Option<DateTime<Utc>> {
         .map(|t| t.with_timezone(&Utc))
 }
 
+/// The instant as PostgreSQL stores it: whole microseconds (the rest dropped, as the bind does),
+/// a leap second (`23:59:60`) folded into the second after it.
+pub fn stored_instant(t: DateTime<Utc>) -> DateTime<Utc> {
+    DateTime::from_timestamp_micros(t.timestamp_micros()).unwrap_or(t)
+}
+
 /// Parses an ISO-8601 duration (`PT1S`, `PT1.5S`, `P1DT2H`, `PT5M`) into milliseconds.
 /// Years and months are refused: their length is not fixed.
 pub fn parse_duration_ms(text: &str) -> Option<i64> {

@@ -235,3 +235,42 @@ async fn a_step_with_steps_of_its_own_is_refused() {
     assert!(!queues.to_string().contains("\"wfn\""), "{queues}");
     app.stop().await;
 }
+
+/// A time PostgreSQL cannot hold exactly (a leap second, digits past the microsecond) is
+/// answered as it is stored: the enqueue's answer and a later GET say the same instant, on the
+/// column path (plain jobs) and the JSON path (unique jobs) alike.
+#[tokio::test]
+async fn inexact_times_are_answered_as_stored() {
+    let app = common::spawn_app().await;
+    let http = common::http::Http::new(&app);
+    let times = [
+        ("2030-06-30T23:59:60Z", "2030-07-01T00:00:00Z"),
+        ("2030-06-30T23:59:60.5Z", "2030-07-01T00:00:00.500Z"),
+        ("2030-01-01T00:00:00.9999999Z", "2030-01-01T00:00:00.999Z"),
+        ("1999-12-31T23:59:59.1234567Z", "1999-12-31T23:59:59.123Z"),
+    ];
+    for (sent, stored) in times {
+        for unique in [false, true] {
+            let mut options = json!({"queue": "inexact", "scheduled_at": sent, "expires_at": sent});
+            if unique {
+                options["unique"] = json!({"keys": ["type", "args"]});
+            }
+            let job = |route: &str| json!({"type": "t", "args": [sent, unique, route], "options": options});
+            let batch = json!({"jobs": [job("batch")]});
+            let (status, single) = http.post("/ojs/v1/jobs", job("single")).await;
+            assert_eq!(status, 201, "{sent}: {single}");
+            let (status, many) = http.post("/ojs/v1/jobs/batch", batch).await;
+            assert!(status == 201 || status == 200, "{sent}: {many}");
+            let answered = [single["job"].clone(), many["jobs"][0].clone()];
+            for answer in answered {
+                let id = answer["id"].as_str().expect("an id");
+                let (_, read) = http.get(&format!("/ojs/v1/jobs/{id}")).await;
+                for field in ["scheduled_at", "expires_at"] {
+                    assert_eq!(answer[field], json!(stored), "{sent} {field}: {answer}");
+                    assert_eq!(read["job"][field], answer[field], "{sent} {field}: {read}");
+                }
+            }
+        }
+    }
+    app.stop().await;
+}
