@@ -4,7 +4,6 @@ use axum::extract::{FromRequest, FromRequestParts, Request};
 use http::request::Parts;
 use http_body_util::LengthLimitError;
 use serde::de::DeserializeOwned;
-use serde_json::Value;
 
 use super::ApiError;
 use crate::core::job::TraceContext;
@@ -100,8 +99,8 @@ fn is_json(content_type: &str) -> bool {
     essence == "application/json" || essence == "application/openjobspec+json"
 }
 
-/// Reads a JSON object body; `None` when the body is empty.
-async fn read_object(req: Request) -> Result<Option<Value>, ApiError> {
+/// Reads a JSON body; `None` when the body is empty. Checks the size limit and content type.
+async fn read_json(req: Request) -> Result<Option<axum::body::Bytes>, ApiError> {
     let request_id = request_id_of(req.extensions());
     let fail = |e: CoreError| ApiError::from(e).with_request_id(&request_id);
     // Every route's guard sets the limit; a request that somehow lacks it gets the default.
@@ -135,42 +134,62 @@ async fn read_object(req: Request) -> Result<Option<Value>, ApiError> {
         return Ok(None);
     }
     match content_type.as_deref() {
-        Some(ct) if is_json(ct) => {}
-        Some(ct) => {
-            return Err(fail(CoreError::invalid(format!(
-                "unsupported Content-Type {ct:?}: send application/openjobspec+json or application/json"
-            ))));
-        }
-        None => {
-            return Err(fail(CoreError::invalid(
-                "Content-Type is missing: send application/openjobspec+json or application/json",
-            )));
-        }
+        Some(ct) if is_json(ct) => Ok(Some(bytes)),
+        Some(ct) => Err(fail(CoreError::invalid(format!(
+            "unsupported Content-Type {ct:?}: send application/openjobspec+json or application/json"
+        )))),
+        None => Err(fail(CoreError::invalid(
+            "Content-Type is missing: send application/openjobspec+json or application/json",
+        ))),
     }
-    let value: Value = serde_json::from_slice(&bytes).map_err(|e| {
-        fail(CoreError::new(
-            ErrorKind::InvalidPayload,
-            format!("request body is not valid JSON: {e}"),
-        ))
-    })?;
-    if !value.is_object() {
-        return Err(fail(CoreError::new(
-            ErrorKind::InvalidPayload,
-            "request body must be a JSON object",
-        )));
-    }
-    Ok(Some(value))
 }
 
-fn decode<T: DeserializeOwned>(value: Value, request_id: &str) -> Result<T, ApiError> {
-    serde_path_to_error::deserialize(value).map_err(|e| {
+/// Decodes a JSON object body into `T` straight from its bytes (no `Value` in between). Bad
+/// JSON is `invalid_payload`; JSON of the wrong shape is `invalid_request` naming the path.
+fn decode<T: DeserializeOwned>(bytes: &[u8], request_id: &str) -> Result<T, ApiError> {
+    let fail = |kind: ErrorKind, message: String| {
+        ApiError::from(CoreError::new(kind, message)).with_request_id(request_id)
+    };
+    let not_json = |e: &serde_json::Error| {
+        fail(
+            ErrorKind::InvalidPayload,
+            format!("request body is not valid JSON: {e}"),
+        )
+    };
+    if bytes.iter().find(|b| !b.is_ascii_whitespace()) != Some(&b'{') {
+        // Not an object: say whether it is JSON at all.
+        return Err(
+            match serde_json::from_slice::<serde::de::IgnoredAny>(bytes) {
+                Err(e) => not_json(&e),
+                Ok(_) => fail(
+                    ErrorKind::InvalidPayload,
+                    "request body must be a JSON object".into(),
+                ),
+            },
+        );
+    }
+    let mut reader = serde_json::Deserializer::from_slice(bytes);
+    let decoded = serde_path_to_error::deserialize(&mut reader);
+    if decoded.is_ok() {
+        // Anything after the object is not JSON either.
+        reader.end().map_err(|e| not_json(&e))?;
+    }
+    decoded.map_err(|e| {
+        let inner = e.inner();
+        if !inner.is_data() {
+            return not_json(inner);
+        }
+        // Where the shape is wrong says the path; the position in the text adds nothing.
+        let text = inner.to_string();
+        let position = format!(" at line {} column {}", inner.line(), inner.column());
+        let text = text.strip_suffix(&position).unwrap_or(&text);
         let path = e.path().to_string();
         let message = if path == "." {
-            e.inner().to_string()
+            text.to_string()
         } else {
-            format!("{path}: {}", e.inner())
+            format!("{path}: {text}")
         };
-        ApiError::from(CoreError::invalid(message)).with_request_id(request_id)
+        fail(ErrorKind::InvalidRequest, message)
     })
 }
 
@@ -182,8 +201,8 @@ impl<S: Send + Sync, T: DeserializeOwned> FromRequest<S> for OjsJson<T> {
 
     async fn from_request(req: Request, _: &S) -> Result<Self, Self::Rejection> {
         let request_id = request_id_of(req.extensions());
-        match read_object(req).await? {
-            Some(value) => decode(value, &request_id).map(OjsJson),
+        match read_json(req).await? {
+            Some(bytes) => decode(&bytes, &request_id).map(OjsJson),
             None => Err(ApiError::from(CoreError::new(
                 ErrorKind::InvalidPayload,
                 "request body is empty: a JSON object is required",
@@ -201,8 +220,8 @@ impl<S: Send + Sync, T: DeserializeOwned> FromRequest<S> for OptionalOjsJson<T> 
 
     async fn from_request(req: Request, _: &S) -> Result<Self, Self::Rejection> {
         let request_id = request_id_of(req.extensions());
-        match read_object(req).await? {
-            Some(value) => decode(value, &request_id).map(|v| OptionalOjsJson(Some(v))),
+        match read_json(req).await? {
+            Some(bytes) => decode(&bytes, &request_id).map(|v| OptionalOjsJson(Some(v))),
             None => Ok(OptionalOjsJson(None)),
         }
     }
