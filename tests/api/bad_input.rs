@@ -1293,3 +1293,29 @@ async fn queue_names_with_quotes_and_dollars_are_safe_from_sql() {
         assert_eq!(config["max_retries"], 5, "{config}");
     }
 }
+
+/// A field written twice in one object is ambiguous: 400 naming it, and nothing is stored.
+#[tokio::test]
+async fn a_field_written_twice_is_rejected_and_stores_nothing() {
+    let app = common::spawn_app().await;
+    for (body, field) in [
+        (r#"{"type": "a.b", "type": "c.d", "args": []}"#, "type"),
+        (
+            r#"{"type": "a.b", "args": [], "options": {"queue": "twice", "queue": "other"}}"#,
+            "options: duplicate field `queue`",
+        ),
+    ] {
+        let reply = post_raw(&app, "/ojs/v1/jobs", "application/json", body.into()).await;
+        let error = reply.expect_error(400, "invalid_request");
+        assert!(
+            error["message"]
+                .as_str()
+                .is_some_and(|m| m.contains("duplicate field") && m.contains(field)),
+            "{body}: {error}"
+        );
+    }
+    for queue in ["default", "twice", "other"] {
+        let reply = post_json(&app, "/ojs/v1/workers/fetch", &json!({"queues": [queue]})).await;
+        assert_eq!(reply.expect_ok(200)["jobs"], json!([]), "{queue}");
+    }
+}
