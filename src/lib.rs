@@ -9,6 +9,7 @@ pub mod core;
 pub mod grpc;
 pub mod http;
 pub mod maintenance;
+pub mod memory;
 pub mod metrics;
 pub mod middleware;
 pub mod model;

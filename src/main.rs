@@ -15,6 +15,7 @@ use pgvs3::store::Store;
 static ALLOCATOR: mimalloc::MiMalloc = mimalloc::MiMalloc;
 
 fn main() -> ExitCode {
+    pgvs3::memory::no_transparent_huge_pages();
     let cli = Cli::parse();
     let runtime = match tokio::runtime::Builder::new_multi_thread()
         .enable_all()

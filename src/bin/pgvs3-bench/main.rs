@@ -168,6 +168,7 @@ impl Args {
 static ALLOCATOR: mimalloc::MiMalloc = mimalloc::MiMalloc;
 
 fn main() -> ExitCode {
+    pgvs3::memory::no_transparent_huge_pages();
     STARTED.get_or_init(Instant::now);
     let args = Args::parse();
     let filter = tracing_subscriber::EnvFilter::try_from_default_env()
