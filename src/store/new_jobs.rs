@@ -23,26 +23,34 @@ struct StoredRow {
     stored_run_at: Option<DateTime<Utc>>,
 }
 
-/// The jobs as `insert_jobs`' arguments: element k of every column is job k.
+/// The jobs as `insert_jobs`' arguments: element k of every column is job k. A column that is
+/// NULL for every job goes as a NULL array: `unnest` pads it with NULLs, and the statement
+/// receives (and the server encodes) one value instead of one per job.
 struct Columns<'a> {
     given: Vec<Uuid>,
     ids: Vec<Uuid>,
     types: Vec<&'a str>,
     args: Vec<Json<&'a Vec<Value>>>,
-    metas: Vec<Option<Json<&'a Map<String, Value>>>>,
+    metas: Option<Vec<Option<Json<&'a Map<String, Value>>>>>,
     extras: Vec<Json<&'a Map<String, Value>>>,
     states: Vec<&'a str>,
     priorities: Vec<i32>,
     max_attempts: Vec<i32>,
-    timeouts: Vec<Option<i64>>,
-    leases: Vec<Option<i64>>,
-    retries: Vec<Option<Json<&'a Value>>>,
-    uniqs: Vec<Option<Json<&'a Value>>>,
-    unique_keys: Vec<Option<&'a str>>,
+    timeouts: Option<Vec<Option<i64>>>,
+    leases: Option<Vec<Option<i64>>>,
+    retries: Option<Vec<Option<Json<&'a Value>>>>,
+    uniqs: Option<Vec<Option<Json<&'a Value>>>>,
+    unique_keys: Option<Vec<Option<&'a str>>>,
     tags: Vec<Json<&'a Vec<String>>>,
-    scheduled: Vec<Option<DateTime<Utc>>>,
-    expiries: Vec<Option<DateTime<Utc>>>,
+    scheduled: Option<Vec<Option<DateTime<Utc>>>>,
+    expiries: Option<Vec<Option<DateTime<Utc>>>>,
     histories: Vec<Json<&'a Vec<Value>>>,
+}
+
+/// A column of optional values, or none when no job has one.
+fn sparse<T>(values: impl Iterator<Item = Option<T>>) -> Option<Vec<Option<T>>> {
+    let column: Vec<Option<T>> = values.collect();
+    column.iter().any(Option::is_some).then_some(column)
 }
 
 /// A JSON value as a column: JSON `null` is SQL NULL, as the JSON path stores it.
@@ -61,22 +69,19 @@ impl<'a> Columns<'a> {
             ids: jobs.iter().map(|j| j.id).collect(),
             types: jobs.iter().map(|j| j.job_type.as_str()).collect(),
             args: jobs.iter().map(|j| Json(&j.args)).collect(),
-            metas: jobs.iter().map(|j| j.meta.as_ref().map(Json)).collect(),
+            metas: sparse(jobs.iter().map(|j| j.meta.as_ref().map(Json))),
             extras: jobs.iter().map(|j| Json(&j.extra)).collect(),
             states: jobs.iter().map(|j| j.state).collect(),
             priorities: jobs.iter().map(priority).collect::<Result<_, _>>()?,
             max_attempts: jobs.iter().map(|j| j.max_attempts).collect(),
-            timeouts: jobs.iter().map(|j| j.timeout_ms).collect(),
-            leases: jobs.iter().map(|j| j.visibility_timeout_ms).collect(),
-            retries: jobs.iter().map(|j| json_column(&j.retry)).collect(),
-            uniqs: jobs
-                .iter()
-                .map(|j| j.uniq.as_ref().and_then(json_column))
-                .collect(),
-            unique_keys: jobs.iter().map(|j| j.unique_key.as_deref()).collect(),
+            timeouts: sparse(jobs.iter().map(|j| j.timeout_ms)),
+            leases: sparse(jobs.iter().map(|j| j.visibility_timeout_ms)),
+            retries: sparse(jobs.iter().map(|j| json_column(&j.retry))),
+            uniqs: sparse(jobs.iter().map(|j| j.uniq.as_ref().and_then(json_column))),
+            unique_keys: sparse(jobs.iter().map(|j| j.unique_key.as_deref())),
             tags: jobs.iter().map(|j| Json(&j.tags)).collect(),
-            scheduled: jobs.iter().map(|j| j.scheduled_at).collect(),
-            expiries: jobs.iter().map(|j| j.expires_at).collect(),
+            scheduled: sparse(jobs.iter().map(|j| j.scheduled_at)),
+            expiries: sparse(jobs.iter().map(|j| j.expires_at)),
             histories: jobs.iter().map(|j| Json(&j.errors)).collect(),
         })
     }
