@@ -7,6 +7,10 @@ use crate::core::Role;
 /// The largest request body or gRPC message accepted unless configured (1 MiB).
 pub const DEFAULT_MAX_BODY_BYTES: usize = 1_048_576;
 
+/// How long a request's body may take to arrive after its headers: a client that sends part of
+/// a body and stalls would otherwise hold its admission slot for as long as it keeps the socket.
+pub const BODY_READ_TIMEOUT: std::time::Duration = std::time::Duration::from_secs(10);
+
 /// The OJS media type of every JSON response.
 pub const OJS_MEDIA_TYPE: &str = "application/openjobspec+json";
 

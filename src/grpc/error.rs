@@ -24,6 +24,7 @@ pub fn code_of(kind: ErrorKind) -> Code {
             Code::ResourceExhausted
         }
         ErrorKind::BatchTooLarge => Code::OutOfRange,
+        ErrorKind::BodyTimeout => Code::DeadlineExceeded,
         ErrorKind::Backend => Code::Internal,
         ErrorKind::Unavailable => Code::Unavailable,
     }

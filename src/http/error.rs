@@ -44,6 +44,7 @@ pub fn status_of(kind: ErrorKind) -> StatusCode {
         ErrorKind::Unauthenticated => StatusCode::UNAUTHORIZED,
         ErrorKind::RateLimited | ErrorKind::QuotaExceeded => StatusCode::TOO_MANY_REQUESTS,
         ErrorKind::PayloadTooLarge | ErrorKind::BatchTooLarge => StatusCode::PAYLOAD_TOO_LARGE,
+        ErrorKind::BodyTimeout => StatusCode::REQUEST_TIMEOUT,
         ErrorKind::Backend => StatusCode::INTERNAL_SERVER_ERROR,
         ErrorKind::Unavailable => StatusCode::SERVICE_UNAVAILABLE,
     }
@@ -74,6 +75,7 @@ fn hint_of(kind: ErrorKind) -> &'static str {
             "Free room (finish jobs, let events age out, drop queues) or raise the quota."
         }
         ErrorKind::PayloadTooLarge => "Send a smaller body, or split a batch.",
+        ErrorKind::BodyTimeout => "Send the whole body at once, right after the headers.",
         ErrorKind::BatchTooLarge => {
             "Receive again with a larger max (or max_bytes); the cursor did not move."
         }

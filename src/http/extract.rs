@@ -113,8 +113,18 @@ async fn read_json(req: Request) -> Result<Option<axum::body::Bytes>, ApiError> 
         .get(http::header::CONTENT_TYPE)
         .and_then(|v| v.to_str().ok())
         .map(str::to_string);
-    let bytes = axum::body::to_bytes(req.into_body(), limit)
+    let body = axum::body::to_bytes(req.into_body(), limit);
+    let bytes = tokio::time::timeout(crate::contract::BODY_READ_TIMEOUT, body)
         .await
+        .map_err(|_| {
+            fail(CoreError::new(
+                ErrorKind::BodyTimeout,
+                format!(
+                    "request body did not arrive within {} s",
+                    crate::contract::BODY_READ_TIMEOUT.as_secs()
+                ),
+            ))
+        })?
         .map_err(|e| {
             // The limit error arrives wrapped by axum and hyper: look through the chain.
             let inner = e.into_inner();
@@ -176,8 +186,9 @@ fn decode<T: DeserializeOwned>(bytes: &[u8], request_id: &str) -> Result<T, ApiE
     }
     decoded.map_err(|e| {
         let inner = e.inner();
-        if !inner.is_data() {
-            return not_json(inner);
+        // Whether the text is JSON at all decides the code, whichever error came first.
+        if let Err(syntax) = serde_json::from_slice::<serde::de::IgnoredAny>(bytes) {
+            return not_json(&syntax);
         }
         // Where the shape is wrong says the path; the position in the text adds nothing.
         let text = inner.to_string();

@@ -31,6 +31,8 @@ pub enum ErrorKind {
     QuotaExceeded,
     /// The request body exceeds the configured limit.
     PayloadTooLarge,
+    /// The request body did not arrive in time.
+    BodyTimeout,
     /// The next stream batch holds more events than the receive's `max`.
     BatchTooLarge,
     /// An OJS version or feature this server does not support.
@@ -45,7 +47,9 @@ impl ErrorKind {
     /// The lowercase OJS error code.
     pub fn code(self) -> &'static str {
         match self {
-            ErrorKind::InvalidRequest | ErrorKind::PayloadTooLarge => "invalid_request",
+            ErrorKind::InvalidRequest | ErrorKind::PayloadTooLarge | ErrorKind::BodyTimeout => {
+                "invalid_request"
+            }
             ErrorKind::BatchTooLarge => "batch_too_large",
             ErrorKind::InvalidPayload => "invalid_payload",
             ErrorKind::ValidationError => "validation_error",

@@ -1319,3 +1319,65 @@ async fn a_field_written_twice_is_rejected_and_stores_nothing() {
         assert_eq!(reply.expect_ok(200)["jobs"], json!([]), "{queue}");
     }
 }
+
+/// Whether the text is JSON decides the code, whichever problem the decoder met first: text that
+/// is not JSON is `invalid_payload` even when its object also lacks a field; JSON of the wrong
+/// shape is `invalid_request`.
+#[tokio::test]
+async fn body_errors_are_classified_by_whether_the_text_is_json() {
+    let app = common::spawn_app().await;
+    for body in [
+        "{} x",
+        r#"{"type":5 garbage"#,
+        r#"{"type":"a","type":"b" x"#,
+    ] {
+        let reply = post_raw(&app, "/ojs/v1/jobs", "application/json", body.into()).await;
+        reply.expect_error(400, "invalid_payload");
+        let reply = post_raw(
+            &app,
+            "/ojs/v1/workers/fetch",
+            "application/json",
+            body.into(),
+        )
+        .await;
+        reply.expect_error(400, "invalid_payload");
+    }
+    let shapeless = r#"{"type":"t","args":[],"options":[null,null,null,null,7,"q",null,null,null,null,null,null,null,null,null,null,null,null,null,null,null,null,null]}"#;
+    let reply = post_raw(&app, "/ojs/v1/jobs", "application/json", shapeless.into()).await;
+    reply.expect_error(400, "invalid_request");
+}
+
+/// A body that stops arriving does not hold its connection and admission slot: 408 after
+/// `BODY_READ_TIMEOUT`, and nothing is stored.
+#[tokio::test]
+async fn a_stalled_body_gets_408() {
+    let app = common::spawn_app().await;
+    let address = app.http_url.trim_start_matches("http://");
+    use tokio::io::{AsyncReadExt as _, AsyncWriteExt as _};
+    let mut stream = tokio::net::TcpStream::connect(address)
+        .await
+        .expect("connect");
+    let head = format!(
+        "POST /ojs/v1/jobs HTTP/1.1\r\nhost: {address}\r\ncontent-type: application/json\r\n\
+         content-length: 100\r\n\r\n{{\"type\":"
+    );
+    stream.write_all(head.as_bytes()).await.expect("send");
+    let mut answer = vec![0u8; 4096];
+    let read = tokio::time::timeout(
+        pgvs3::contract::BODY_READ_TIMEOUT + std::time::Duration::from_secs(5),
+        stream.read(&mut answer),
+    )
+    .await
+    .expect("an answer before the timeout plus 5 s")
+    .expect("read");
+    let answer = String::from_utf8_lossy(&answer[..read]);
+    assert!(answer.starts_with("HTTP/1.1 408"), "{answer}");
+    assert!(answer.contains("invalid_request"), "{answer}");
+    let reply = post_json(
+        &app,
+        "/ojs/v1/workers/fetch",
+        &json!({"queues": ["default"]}),
+    )
+    .await;
+    assert_eq!(reply.expect_ok(200)["jobs"], json!([]));
+}
