@@ -23,6 +23,9 @@ struct StoredRow {
     stored_run_at: Option<DateTime<Utc>>,
 }
 
+/// A column that may be NULL as a whole (`sparse`).
+type Sparse<T> = Option<Vec<Option<T>>>;
+
 /// The jobs as `insert_jobs`' arguments: element k of every column is job k. A column that is
 /// NULL for every job goes as a NULL array: `unnest` pads it with NULLs, and the statement
 /// receives (and the server encodes) one value instead of one per job.
@@ -31,24 +34,24 @@ struct Columns<'a> {
     ids: Vec<Uuid>,
     types: Vec<&'a str>,
     args: Vec<Json<&'a Vec<Value>>>,
-    metas: Option<Vec<Option<Json<&'a Map<String, Value>>>>>,
+    metas: Sparse<Json<&'a Map<String, Value>>>,
     extras: Vec<Json<&'a Map<String, Value>>>,
     states: Vec<&'a str>,
     priorities: Vec<i32>,
     max_attempts: Vec<i32>,
-    timeouts: Option<Vec<Option<i64>>>,
-    leases: Option<Vec<Option<i64>>>,
-    retries: Option<Vec<Option<Json<&'a Value>>>>,
-    uniqs: Option<Vec<Option<Json<&'a Value>>>>,
-    unique_keys: Option<Vec<Option<&'a str>>>,
+    timeouts: Sparse<i64>,
+    leases: Sparse<i64>,
+    retries: Sparse<Json<&'a Value>>,
+    uniqs: Sparse<Json<&'a Value>>,
+    unique_keys: Sparse<&'a str>,
     tags: Vec<Json<&'a Vec<String>>>,
-    scheduled: Option<Vec<Option<DateTime<Utc>>>>,
-    expiries: Option<Vec<Option<DateTime<Utc>>>>,
+    scheduled: Sparse<DateTime<Utc>>,
+    expiries: Sparse<DateTime<Utc>>,
     histories: Vec<Json<&'a Vec<Value>>>,
 }
 
 /// A column of optional values, or none when no job has one.
-fn sparse<T>(values: impl Iterator<Item = Option<T>>) -> Option<Vec<Option<T>>> {
+fn sparse<T>(values: impl Iterator<Item = Option<T>>) -> Sparse<T> {
     let column: Vec<Option<T>> = values.collect();
     column.iter().any(Option::is_some).then_some(column)
 }
