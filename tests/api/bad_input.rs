@@ -187,6 +187,12 @@ async fn fetch_one(app: &TestApp, queue: &str) -> Value {
     jobs[0].clone()
 }
 
+/// Asserts that `queue` has no job ready: a fetch answers none.
+async fn assert_nothing_ready(app: &TestApp, queue: &str) {
+    let reply = post_json(app, "/ojs/v1/workers/fetch", &json!({"queues": [queue]})).await;
+    assert_eq!(reply.expect_ok(200)["jobs"], json!([]), "{queue}");
+}
+
 fn valid_job() -> Value {
     json!({"type": "email.send", "args": ["a@example.com", 1]})
 }
@@ -352,13 +358,7 @@ async fn wrong_content_type_is_rejected() {
     let reply = post_raw(&app, "/ojs/v1/jobs", "text/plain", valid_job().to_string()).await;
     reply.expect_error(400, "invalid_request");
     // Nothing was enqueued.
-    let fetched = post_json(
-        &app,
-        "/ojs/v1/workers/fetch",
-        &json!({"queues": ["default"]}),
-    )
-    .await;
-    assert_eq!(fetched.expect_ok(200)["jobs"], json!([]));
+    assert_nothing_ready(&app, "default").await;
 }
 
 #[tokio::test]
@@ -655,13 +655,7 @@ async fn unsupported_ojs_version_is_refused() {
     .await;
     reply.expect_error(422, "unsupported");
     // Nothing was enqueued.
-    let fetched = post_json(
-        &app,
-        "/ojs/v1/workers/fetch",
-        &json!({"queues": ["default"]}),
-    )
-    .await;
-    assert_eq!(fetched.expect_ok(200)["jobs"], json!([]));
+    assert_nothing_ready(&app, "default").await;
 }
 
 #[tokio::test]
@@ -1315,8 +1309,7 @@ async fn a_field_written_twice_is_rejected_and_stores_nothing() {
         );
     }
     for queue in ["default", "twice", "other"] {
-        let reply = post_json(&app, "/ojs/v1/workers/fetch", &json!({"queues": [queue]})).await;
-        assert_eq!(reply.expect_ok(200)["jobs"], json!([]), "{queue}");
+        assert_nothing_ready(&app, queue).await;
     }
 }
 
@@ -1373,11 +1366,5 @@ async fn a_stalled_body_gets_408() {
     let answer = String::from_utf8_lossy(&answer[..read]);
     assert!(answer.starts_with("HTTP/1.1 408"), "{answer}");
     assert!(answer.contains("invalid_request"), "{answer}");
-    let reply = post_json(
-        &app,
-        "/ojs/v1/workers/fetch",
-        &json!({"queues": ["default"]}),
-    )
-    .await;
-    assert_eq!(reply.expect_ok(200)["jobs"], json!([]));
+    assert_nothing_ready(&app, "default").await;
 }

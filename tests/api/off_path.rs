@@ -274,3 +274,46 @@ async fn inexact_times_are_answered_as_stored() {
     }
     app.stop().await;
 }
+
+/// Over gRPC, a time with nanoseconds is answered as stored (whole microseconds): the
+/// enqueue's answer and GetJob give the same Timestamp.
+#[tokio::test]
+async fn a_grpc_time_with_nanoseconds_is_answered_as_stored() {
+    let app = common::spawn_app().await;
+    let mut client = app.grpc().await;
+    let sent = prost_types::Timestamp {
+        seconds: 1_924_992_000, // 2031-01-01T00:00:00Z
+        nanos: 123_456_789,
+    };
+    let answered = client
+        .enqueue(pb::EnqueueRequest {
+            r#type: "t".into(),
+            options: Some(pb::EnqueueOptions {
+                queue: "nanos".into(),
+                delay_until: Some(sent),
+                ..Default::default()
+            }),
+            ..Default::default()
+        })
+        .await
+        .expect("enqueued")
+        .into_inner()
+        .job
+        .expect("a job");
+    let stored = client
+        .get_job(pb::GetJobRequest {
+            job_id: answered.id.clone(),
+        })
+        .await
+        .expect("found")
+        .into_inner()
+        .job
+        .expect("a job");
+    let micros = prost_types::Timestamp {
+        seconds: 1_924_992_000,
+        nanos: 123_456_000,
+    };
+    assert_eq!(answered.scheduled_at, Some(micros), "{answered:?}");
+    assert_eq!(stored.scheduled_at, answered.scheduled_at, "{stored:?}");
+    app.stop().await;
+}
