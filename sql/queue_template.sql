@@ -72,9 +72,9 @@ $fn$;
 -- Stores new jobs of this queue, given column by column (element k of every array belongs to job
 -- k; a NULL array means NULL for every job), all or none, in the order given: the ids clients
 -- gave (`given`) reserved (s3p.reserve_job_ids; minted ids need nothing), the quota checked, the
--- jobs and their events stored in one statement, and one NOTIFY when any is available now. Each
--- state follows from `pending` and `scheduled_at`. Every path that stores a new job ends here.
--- Answers what the store set, in the order given.
+-- jobs stored, their events recorded, and one NOTIFY when any is available now. Each state follows
+-- from `pending` and `scheduled_at`. Every path that stores a new job ends here. Answers what the
+-- store set, in the order given.
 DROP FUNCTION IF EXISTS __SCHEMA__.enqueue_plain(text, jsonb);
 CREATE OR REPLACE FUNCTION __SCHEMA__.insert_jobs(
     queue_name text, given uuid[], ids uuid[], types text[], job_args jsonb[], metas jsonb[],
@@ -85,53 +85,65 @@ CREATE OR REPLACE FUNCTION __SCHEMA__.insert_jobs(
 RETURNS TABLE (stored_id uuid, stored_state text, stored_created_at timestamptz,
                stored_enqueued_at timestamptz, stored_run_at timestamptz, stored_seq bigint)
 LANGUAGE plpgsql AS $fn$
+DECLARE
+    n int := coalesce(cardinality(ids), 0);
+    states text[];
+    event_extras jsonb[];
 BEGIN
     IF cardinality(given) > 0 THEN
         PERFORM s3p.reserve_job_ids(queue_name, given);
     END IF;
-    PERFORM s3p.check_job_quota(queue_name, NULL, cardinality(ids));
+    PERFORM s3p.check_job_quota(queue_name, NULL, n);
+    IF n = 0 THEN
+        RETURN;
+    END IF;
+    -- The one place a new job's state is decided.
+    states := ARRAY(SELECT CASE WHEN u.wanted = 'pending' THEN 'pending'
+                                WHEN u.scheduled_at > now() THEN 'scheduled'
+                                ELSE 'available' END
+                      FROM unnest(ids, requested, scheduled) WITH ORDINALITY AS u(id, wanted, scheduled_at, k)
+                     ORDER BY u.k);
     RETURN QUERY
-    WITH input AS (
-        SELECT g.*, CASE WHEN g.wanted_state = 'pending' THEN 'pending'
-                         WHEN g.scheduled_at > now() THEN 'scheduled'
-                         ELSE 'available' END AS initial
-          FROM unnest(ids, types, job_args, metas, extras, requested, priorities, attempts_allowed,
-                      timeouts, leases, retries, uniqs, unique_keys, tag_lists, scheduled, expiries,
-                      histories, workflow_ids, parents)
-               WITH ORDINALITY AS g(id, type, args, meta, extra, wanted_state, priority, max_attempts,
-                                    timeout_ms, visibility_timeout_ms, retry, uniq, unique_key, tags,
-                                    scheduled_at, expires_at, errors, workflow_id, parent_results, ord)
-    ), inserted AS (
+    WITH inserted AS (
         INSERT INTO __SCHEMA__.jobs AS j (
             id, queue, type, args, meta, extra, state, priority, attempt, max_attempts, timeout_ms,
             visibility_timeout_ms, retry, uniq, tags, created_at, enqueued_at, scheduled_at,
             expires_at, run_at, errors, seq, unique_key, workflow_id, parent_results)
         -- nextval runs after the sort, so seq follows the order given.
-        SELECT i.id, queue_name, i.type, i.args, i.meta, i.extra, i.initial, i.priority, 0, i.max_attempts, i.timeout_ms, i.visibility_timeout_ms, i.retry, i.uniq, i.tags, now(),
-               CASE i.initial WHEN 'available' THEN now() END, i.scheduled_at, i.expires_at,
-               CASE i.initial WHEN 'available' THEN now() ELSE coalesce(i.scheduled_at, now()) END,
-               i.errors, nextval('__SCHEMA__.job_seq'), i.unique_key, i.workflow_id, i.parent_results
-          FROM input i
-         ORDER BY i.ord
-        RETURNING j.id, j.type, j.state, j.priority, j.scheduled_at, j.created_at, j.enqueued_at,
-                  j.run_at, j.seq
-    ), recorded AS (
-        -- One call for the statement's events (s3p.record_events), referenced below so it runs.
-        SELECT s3p.record_events(
-                   queue_name, 'job.enqueued', 'available',
-                   array_agg(n.id ORDER BY n.seq), array_agg(n.type ORDER BY n.seq),
-                   array_fill(0, ARRAY[count(*)::int]),
-                   array_agg(jsonb_build_object('priority', n.priority, 'scheduled_at', n.scheduled_at) ORDER BY n.seq),
-                   array_agg(CASE n.state WHEN 'scheduled' THEN 'job.scheduled' ELSE 'job.enqueued' END ORDER BY n.seq),
-                   array_agg(n.state ORDER BY n.seq)) AS events,
-               bool_or(n.state = 'available') AS wake
-          FROM inserted n
-    ), woken AS (
-        SELECT pg_notify('s3p_jobs', queue_name) FROM recorded r WHERE r.wake
+        SELECT g.id, queue_name, g.type, g.args, g.meta, g.extra, states[g.k], g.priority, 0,
+               g.max_attempts, g.timeout_ms, g.visibility_timeout_ms, g.retry, g.uniq, g.tags, now(),
+               CASE states[g.k] WHEN 'available' THEN now() END, g.scheduled_at, g.expires_at,
+               CASE states[g.k] WHEN 'available' THEN now() ELSE coalesce(g.scheduled_at, now()) END,
+               g.errors, nextval('__SCHEMA__.job_seq'), g.unique_key, g.workflow_id, g.parent_results
+          FROM unnest(ids, types, job_args, metas, extras, priorities, attempts_allowed, timeouts,
+                      leases, retries, uniqs, unique_keys, tag_lists, scheduled, expiries,
+                      histories, workflow_ids, parents)
+               WITH ORDINALITY AS g(id, type, args, meta, extra, priority, max_attempts,
+                                    timeout_ms, visibility_timeout_ms, retry, uniq, unique_key, tags,
+                                    scheduled_at, expires_at, errors, workflow_id, parent_results, k)
+         ORDER BY g.k
+        RETURNING j.id, j.state, j.created_at, j.enqueued_at, j.run_at, j.seq
     )
-    SELECT n.id, n.state, n.created_at, n.enqueued_at, n.run_at, n.seq
-      FROM inserted n, recorded, (SELECT count(*) FROM woken) w
-     ORDER BY n.seq;
+    SELECT i.id, i.state, i.created_at, i.enqueued_at, i.run_at, i.seq FROM inserted i ORDER BY i.seq;
+
+    -- The events, in the order given (which is seq order), straight from the input columns: what
+    -- each job was stored with. Jobs of one priority, none scheduled, share one extra.
+    IF scheduled IS NULL AND priorities = array_fill(priorities[1], ARRAY[n]) THEN
+        event_extras := array_fill(jsonb_build_object('priority', priorities[1], 'scheduled_at', NULL), ARRAY[n]);
+    ELSE
+        event_extras := ARRAY(SELECT jsonb_build_object('priority', u.priority, 'scheduled_at', u.scheduled_at)
+                                FROM unnest(ids, priorities, scheduled) WITH ORDINALITY AS u(id, priority, scheduled_at, k)
+                               ORDER BY u.k);
+    END IF;
+    PERFORM s3p.record_events(
+        queue_name, 'job.enqueued', 'available', ids, types, array_fill(0, ARRAY[n]), event_extras,
+        CASE WHEN 'scheduled' = ANY (states)
+             THEN ARRAY(SELECT CASE s.state WHEN 'scheduled' THEN 'job.scheduled' ELSE 'job.enqueued' END
+                          FROM unnest(states) WITH ORDINALITY AS s(state, k) ORDER BY s.k) END,
+        states);
+    IF 'available' = ANY (states) THEN
+        PERFORM pg_notify('s3p_jobs', queue_name);
+    END IF;
 END
 $fn$;
 
