@@ -96,7 +96,10 @@ impl RetryPolicy {
 impl RetryPolicy {
     /// The policy as stored: NULL, or anything that does not read as a policy, is the default.
     pub fn from_stored(stored: Option<Value>) -> RetryPolicy {
+        // JSON null is the default without a failed parse (whose error message costs an
+        // allocation per job in a batch).
         stored
+            .filter(|r| !r.is_null())
             .and_then(|r| serde_json::from_value::<RetryPolicy>(r).ok())
             .unwrap_or_default()
     }
