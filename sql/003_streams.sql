@@ -27,9 +27,11 @@ LANGUAGE sql VOLATILE AS $$
         'hex')::uuid
 $$;
 
--- Appends messages ([{id, type, payload, headers}]; a missing id becomes a UUIDv7); creates the
--- queue on first use.
-CREATE OR REPLACE FUNCTION s3p.stream_append(queue text, messages jsonb)
+-- Appends messages given column by column (element k of every array is message k; a NULL id
+-- becomes a UUIDv7, a NULL array means NULL for every message), in the order given; creates the
+-- queue on first use. Every append ends here.
+CREATE OR REPLACE FUNCTION s3p.stream_append_columns(queue text, ids uuid[], types text[],
+                                                     payloads jsonb[], headers jsonb[])
 RETURNS TABLE (event_id uuid, seq bigint)
 LANGUAGE plpgsql AS $$
 DECLARE
@@ -42,16 +44,30 @@ BEGIN
         -- One quota-checked writer at a time until commit, so the count is exact (see check_job_quota).
         PERFORM pg_advisory_xact_lock(hashtext('s3p.quota.stream:' || queue));
         EXECUTE format('SELECT count(*) FROM %I.stream_events', queue_schema) INTO present;
-        IF present + jsonb_array_length(messages) > quota THEN
+        IF present + coalesce(cardinality(types), 0) > quota THEN
             RAISE EXCEPTION 'quota max_stream_events (%) of queue % reached: % events are retained',
                 quota, queue, present
                 USING ERRCODE = 'PV429', DETAIL = 'max_stream_events';
         END IF;
     END IF;
-    RETURN QUERY EXECUTE format('SELECT * FROM %I.stream_append($1)', queue_schema)
-        USING messages;
+    RETURN QUERY EXECUTE format('SELECT * FROM %I.stream_insert($1, $2, $3, $4)', queue_schema)
+        USING ids, types, payloads, headers;
     PERFORM pg_notify('s3p_streams', queue);
 END
+$$;
+
+-- Appends messages given as a JSON array ([{id, type, payload, headers}]) through
+-- s3p.stream_append_columns.
+CREATE OR REPLACE FUNCTION s3p.stream_append(queue text, messages jsonb)
+RETURNS TABLE (event_id uuid, seq bigint)
+LANGUAGE sql AS $$
+    SELECT a.event_id, a.seq
+      FROM (SELECT array_agg((t.m->>'id')::uuid ORDER BY t.n) AS ids,
+                   array_agg(t.m->>'type' ORDER BY t.n) AS types,
+                   array_agg(t.m->'payload' ORDER BY t.n) AS payloads,
+                   array_agg(t.m->'headers' ORDER BY t.n) AS headers
+              FROM jsonb_array_elements(messages) WITH ORDINALITY AS t(m, n)) c,
+           s3p.stream_append_columns(queue, c.ids, c.types, c.payloads, c.headers) a
 $$;
 
 -- Subscribes a consumer; creates the queue on first use.

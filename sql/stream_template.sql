@@ -191,8 +191,11 @@ LANGUAGE sql STABLE AS $fn$
        AND (e.target IS NULL OR e.target = consumer)
 $fn$;
 
--- Appends messages (a JSON array of {id, type, payload, headers}) to the current segment.
-CREATE OR REPLACE FUNCTION __SCHEMA__.stream_append(messages jsonb)
+-- Appends messages given column by column (see s3p.stream_append_columns) to the current
+-- segment, in the order given.
+DROP FUNCTION IF EXISTS __SCHEMA__.stream_append(jsonb);
+CREATE OR REPLACE FUNCTION __SCHEMA__.stream_insert(ids uuid[], types text[], payloads jsonb[],
+                                                    headers jsonb[])
 RETURNS TABLE (event_id uuid, seq bigint)
 LANGUAGE plpgsql AS $fn$
 DECLARE
@@ -202,9 +205,9 @@ BEGIN
     SELECT current_segment INTO segment_now FROM __SCHEMA__.stream_config;
     RETURN QUERY
     INSERT INTO __SCHEMA__.stream_events AS e (segment, event_id, type, payload, headers)
-    SELECT segment_now, coalesce((m->>'id')::uuid, s3p.uuid_v7()), m->>'type', m->'payload', m->'headers'
-      FROM jsonb_array_elements(messages) WITH ORDINALITY AS t(m, n)
-     ORDER BY n
+    SELECT segment_now, coalesce(u.id, s3p.uuid_v7()), u.type, u.payload, u.header
+      FROM unnest(ids, types, payloads, headers) WITH ORDINALITY AS u(id, type, payload, header, n)
+     ORDER BY u.n
     RETURNING e.event_id, e.seq;
 END
 $fn$;

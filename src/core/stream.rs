@@ -1,7 +1,7 @@
 //! Streams in the domain's own terms, and the stream half of the service: validation and limits;
 //! the SQL functions hold the snapshots, cursors and locks.
 
-use serde_json::{Map, Value, json};
+use serde_json::{Map, Value};
 use tokio::time::Instant;
 use uuid::Uuid;
 
@@ -75,7 +75,7 @@ fn duration(field: &str, text: &str) -> Result<i64, CoreError> {
 }
 
 /// A message in its stored JSON form, validated.
-fn message_row(message: &NewMessage) -> Result<Value, CoreError> {
+fn message_row(message: &NewMessage) -> Result<MessageRow<'_>, CoreError> {
     check_job_type(&message.message_type).map_err(|_| {
         CoreError::invalid(format!(
             "message type {:?} is invalid: it must match ^[a-z][a-z0-9_-]*(\\.[a-z][a-z0-9_-]*)*$",
@@ -109,12 +109,12 @@ fn message_row(message: &NewMessage) -> Result<Value, CoreError> {
     if let Some(headers) = &message.headers {
         super::validate::check_no_nul("headers", &Value::Object(headers.clone()))?;
     }
-    Ok(json!({
-        "id": id,
-        "type": message.message_type,
-        "payload": message.payload,
-        "headers": headers,
-    }))
+    Ok(MessageRow {
+        id,
+        message_type: &message.message_type,
+        payload: &message.payload,
+        headers,
+    })
 }
 
 impl Service {
@@ -135,7 +135,7 @@ impl Service {
             .iter()
             .map(message_row)
             .collect::<Result<Vec<_>, _>>()?;
-        self.store.stream_append(queue, &Value::Array(rows)).await
+        self.store.stream_append(queue, &rows).await
     }
 
     /// Subscribes a consumer at the latest tick, the oldest retained (0) or a given tick.

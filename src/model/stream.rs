@@ -22,6 +22,20 @@ pub struct NewMessage {
     pub trace_context: Option<super::job::TraceContext>,
 }
 
+/// A validated message as it is stored: the id it gets (given or minted), and the headers with
+/// the producer's trace context.
+#[derive(Debug, Clone)]
+pub struct MessageRow<'a> {
+    /// The event id.
+    pub id: Uuid,
+    /// Message type.
+    pub message_type: &'a str,
+    /// JSON payload.
+    pub payload: &'a Value,
+    /// String headers, none when empty of everything.
+    pub headers: Option<Map<String, Value>>,
+}
+
 /// An appended message.
 #[derive(Debug, Clone, PartialEq)]
 pub struct Appended {
