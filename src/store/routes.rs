@@ -96,12 +96,19 @@ impl Routes {
 /// or was rebuilt underneath a prepared statement.
 pub fn is_stale(error: &sqlx::Error) -> bool {
     match error {
-        sqlx::Error::Database(db) => matches!(
-            db.code().as_deref(),
+        sqlx::Error::Database(db) => match db.code().as_deref() {
             // invalid_schema_name, undefined_function, undefined_table,
             // feature_not_supported ("cached plan must not change result type")
-            Some("3F000" | "42883" | "42P01" | "0A000")
-        ),
+            Some("3F000" | "42883" | "42P01" | "0A000") => true,
+            // A statement that waited on a dropping queue's lock finds its tables gone by OID:
+            // an internal error with no SQLSTATE of its own.
+            Some("XX000") => {
+                let message = db.message();
+                message.starts_with("could not open relation with OID")
+                    || message.starts_with("cache lookup failed for")
+            }
+            _ => false,
+        },
         _ => false,
     }
 }

@@ -581,6 +581,43 @@ async fn append_and_receive_in_one_transaction_see_nothing() {
 // ---------------------------------------------------------------------------------------------
 // Redelivery of the active batch
 
+/// A receive and an ack that wait on a queue being dropped answer 404 once the drop commits, on a
+/// gateway that knows the queue's schema (its statements go straight to the queue's functions and
+/// then find the tables gone by OID), not a backend error.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn receive_and_ack_waiting_on_a_dropping_queue_answer_404() {
+    let app = spawn_quiet().await;
+    let api = Api::new(&app);
+    let q = "dropping";
+    api.subscribe(q, "c", None, false).await;
+    api.append(q, "drop.one", json!({})).await;
+    let batch = api.receive(q, "c", 100).await;
+    let id = batch_id(&batch).expect("batch");
+
+    let mut held = db(&app).await;
+    let mut tx = held.begin().await.expect("begin");
+    let dropped: bool = sqlx::query_scalar("SELECT s3p.drop_queue($1)")
+        .bind(q)
+        .fetch_one(&mut *tx)
+        .await
+        .expect("drop the queue");
+    assert!(dropped);
+    let commit = async {
+        // Both requests are waiting on the drop's locks by then.
+        tokio::time::sleep(Duration::from_millis(700)).await;
+        tx.commit().await.expect("commit the drop");
+    };
+    let ((received, receive_body), (acked, ack_body), ()) = tokio::join!(
+        api.receive_raw(q, json!({"consumer": "c", "max": 100})),
+        api.ack_raw(json!({"queue": q, "batch_id": id, "consumer": "c"})),
+        commit
+    );
+    assert_eq!(received, StatusCode::NOT_FOUND, "{receive_body}");
+    assert_eq!(error_code(&receive_body), "not_found", "{receive_body}");
+    assert_eq!(acked, StatusCode::NOT_FOUND, "{ack_body}");
+    assert_eq!(error_code(&ack_body), "not_found", "{ack_body}");
+}
+
 /// Receive without ack returns the same batch (same id, same events); two concurrent receives of
 /// one consumer get one batch, not two.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
