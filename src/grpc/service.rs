@@ -29,7 +29,7 @@ impl GrpcAdapter {
 }
 
 /// The W3C trace context the call carried in its metadata.
-fn carried_trace<T>(request: &Request<T>) -> Option<crate::core::job::TraceContext> {
+pub(super) fn carried_trace<T>(request: &Request<T>) -> Option<crate::core::job::TraceContext> {
     request
         .extensions()
         .get::<crate::middleware::CarriedTrace>()

@@ -147,8 +147,17 @@ impl StreamService for StreamAdapter {
     ) -> Result<Response<pb::AppendResponse>, Status> {
         let id = request_id(&request);
         admit_queues(request.extensions(), &id, [request.get_ref().queue.clone()])?;
+        // The producer's trace context rides in each message's headers, as over HTTP.
+        let trace = super::service::carried_trace(&request);
         let r = request.into_inner();
-        let messages: Vec<_> = r.messages.into_iter().map(message).collect();
+        let messages: Vec<_> = r
+            .messages
+            .into_iter()
+            .map(|m| NewMessage {
+                trace_context: trace.clone(),
+                ..message(m)
+            })
+            .collect();
         let result = self.service.append(&r.queue, &messages).await;
         answer(
             &id,

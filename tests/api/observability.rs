@@ -1025,6 +1025,79 @@ async fn grpc_trace_context_rides_with_the_job() {
     assert_eq!(answer["job"]["meta"]["traceparent"], parent.as_str());
 }
 
+/// A stream message appended over gRPC with `traceparent` / `tracestate` metadata is received
+/// with them in its headers, as over HTTP; a caller's own `traceparent` header wins.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn grpc_stream_messages_carry_trace_context() {
+    use pgvs3::grpc::proto::pgvs3::v1 as spb;
+    let app = common::spawn_app().await;
+    let api = Api::new(&app);
+    let (parent, _, _) = traceparent();
+    let (own, _, _) = traceparent();
+    api.post(
+        "/ojs/v1/queues/gst/consumers",
+        json!({"consumer": "reader", "from_tick": 0}),
+        &[],
+    )
+    .await;
+    let message = |n: f64, headers: &[(&str, &str)]| spb::Message {
+        id: String::new(),
+        r#type: "traced.msg".into(),
+        payload: Some(prost_types::Value {
+            kind: Some(Kind::NumberValue(n)),
+        }),
+        headers: headers
+            .iter()
+            .map(|(k, v)| (k.to_string(), v.to_string()))
+            .collect(),
+    };
+    let mut streams = common::grpc::streams(&app.grpc_url).await;
+    streams
+        .append(with_trace(
+            spb::AppendRequest {
+                queue: "gst".into(),
+                messages: vec![
+                    message(1.0, &[("h", "x")]),
+                    message(2.0, &[("traceparent", &own)]),
+                ],
+            },
+            &parent,
+            Some("k=v"),
+        ))
+        .await
+        .expect("append over gRPC");
+
+    let mut events = Vec::new();
+    for _ in 0..20 {
+        let batch = api
+            .post(
+                "/ojs/v1/queues/gst/receive",
+                json!({"consumer": "reader", "max": 100}),
+                &[],
+            )
+            .await;
+        events.extend(batch["events"].as_array().cloned().unwrap_or_default());
+        if events.len() >= 2 {
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    assert_eq!(events.len(), 2, "{events:?}");
+    assert_eq!(
+        events[0]["headers"]["traceparent"],
+        parent.as_str(),
+        "{}",
+        events[0]
+    );
+    assert_eq!(events[0]["headers"]["tracestate"], "k=v", "{}", events[0]);
+    assert_eq!(events[0]["headers"]["h"], "x", "caller headers kept");
+    assert_eq!(
+        events[1]["headers"]["traceparent"],
+        own.as_str(),
+        "the caller's own wins"
+    );
+}
+
 /// A stream message appended with `traceparent` is received with `headers.traceparent`; caller
 /// headers are kept and win.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
