@@ -74,7 +74,7 @@ fn duration(field: &str, text: &str) -> Result<i64, CoreError> {
     super::validate::bounded_duration(field, ms)
 }
 
-/// A message in its stored JSON form, validated.
+/// A message as it is stored, validated.
 fn message_row(message: &NewMessage) -> Result<MessageRow<'_>, CoreError> {
     check_job_type(&message.message_type).map_err(|_| {
         CoreError::invalid(format!(

@@ -16,6 +16,7 @@ use super::push;
 use super::status_of;
 use super::{admission_slot, admit_queues, answer, request_id, shutdown_signal};
 use crate::core::Service;
+use crate::core::job::TraceContext;
 use crate::core::stream::{
     Appended, Batch, ConsumerInfo, NewMessage, Receive, StreamConfig, StreamDeadLetter, StreamEvent,
 };
@@ -35,7 +36,7 @@ impl StreamAdapter {
 }
 
 /// A message to append, in core terms; an empty id or header map means "not given".
-fn message(m: pb::Message) -> NewMessage {
+fn message(m: pb::Message, trace: Option<TraceContext>) -> NewMessage {
     NewMessage {
         id: (!m.id.is_empty()).then_some(m.id),
         message_type: m.r#type,
@@ -46,7 +47,7 @@ fn message(m: pb::Message) -> NewMessage {
                 .map(|(k, v)| (k, Value::String(v)))
                 .collect::<Map<String, Value>>()
         }),
-        trace_context: None,
+        trace_context: trace,
     }
 }
 
@@ -153,10 +154,7 @@ impl StreamService for StreamAdapter {
         let messages: Vec<_> = r
             .messages
             .into_iter()
-            .map(|m| NewMessage {
-                trace_context: trace.clone(),
-                ..message(m)
-            })
+            .map(|m| message(m, trace.clone()))
             .collect();
         let result = self.service.append(&r.queue, &messages).await;
         answer(

@@ -32,7 +32,7 @@ pub struct MessageRow<'a> {
     pub message_type: &'a str,
     /// JSON payload.
     pub payload: &'a Value,
-    /// String headers, none when empty of everything.
+    /// String headers with the producer's trace context; none when the message has none.
     pub headers: Option<Map<String, Value>>,
 }
 

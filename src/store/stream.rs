@@ -1,4 +1,7 @@
-//! The stream calls: one `s3p.stream_*` function each.
+//! The stream calls: one `s3p.stream_*` function each (receive and ack straight to the queue's
+//! own function when the gateway knows its schema).
+
+use std::sync::Arc;
 
 use chrono::{DateTime, Utc};
 use serde_json::{Map, Value};
@@ -237,10 +240,7 @@ impl Store {
             .map_err(map_db_error)
     }
 
-    /// The queue's `stream_receive` with a fresh batch id: straight when this gateway knows the
-    /// queue's schema, else through `s3p.stream_receive` (which also answers an unknown queue).
-    /// The wrapper's dynamic SQL and its second copy of the rows cost about as much as the
-    /// receive itself.
+    /// The queue's `stream_receive` with a fresh batch id (see `routed`).
     #[tracing::instrument(name = "db", skip_all, fields(op = "stream_receive"))]
     pub async fn stream_receive(
         &self,
@@ -250,43 +250,35 @@ impl Store {
         max: Option<i32>,
         max_bytes: i64,
     ) -> Result<Option<Batch>, CoreError> {
-        if let Some(schema) = self.grouped.routes().schema(self.pool(), queue).await? {
-            let sql = format!(
-                "SELECT batch_id, consumer AS consumer_name, member AS member_name, start_tick,
-                        end_tick, state, batch_created_at, seq, event_id, type, payload, headers,
-                        retry_count, created_at
-                   FROM {schema}.stream_receive($1, $2, $3, $4, $5)"
-            );
-            let direct = self
-                .retry_conflicts(|| {
-                    sqlx::query(AssertSqlSafe(sql.clone()))
+        let rows: Result<Vec<PgRow>, sqlx::Error> = self
+            .routed(queue, |schema| {
+                // The queue goes last, where only the catalog's wrapper reads it.
+                let sql = match &schema {
+                    Some(schema) => format!(
+                        "SELECT batch_id, consumer AS consumer_name, member AS member_name,
+                                start_tick, end_tick, state, batch_created_at, seq, event_id, type,
+                                payload, headers, retry_count, created_at
+                           FROM {schema}.stream_receive($1, $2, $3, $4, $5)"
+                    ),
+                    None => "SELECT * FROM s3p.stream_receive($6, $1, $2, $3, $4, $5)".into(),
+                };
+                self.retry_conflicts(move || {
+                    let query = sqlx::query(AssertSqlSafe(sql.clone()))
                         .bind(consumer)
                         .bind(member)
                         .bind(max)
                         .bind(Uuid::now_v7())
-                        .bind(max_bytes)
-                        .fetch_all(self.pool())
+                        .bind(max_bytes);
+                    let query = if schema.is_none() {
+                        query.bind(queue)
+                    } else {
+                        query
+                    };
+                    query.fetch_all(self.pool())
                 })
-                .await;
-            match direct {
-                Err(error) if is_stale(&error) => self.grouped.routes().forget(queue),
-                rows => return batch(&rows.map_err(receive_error)?).map_err(map_db_error),
-            }
-        }
-        let rows: Vec<PgRow> = self
-            .retry_conflicts(|| {
-                sqlx::query("SELECT * FROM s3p.stream_receive($1, $2, $3, $4, $5, $6)")
-                    .bind(queue)
-                    .bind(consumer)
-                    .bind(member)
-                    .bind(max)
-                    .bind(Uuid::now_v7())
-                    .bind(max_bytes)
-                    .fetch_all(self.pool())
             })
-            .await
-            .map_err(receive_error)?;
-        batch(&rows).map_err(map_db_error)
+            .await?;
+        batch(&rows.map_err(receive_error)?).map_err(map_db_error)
     }
 
     /// `s3p.stream_batch`.
@@ -318,8 +310,7 @@ impl Store {
             .map_err(map_db_error)
     }
 
-    /// The queue's `stream_ack` (straight when the schema is known, as `stream_receive`): the
-    /// consumer's cursor tick afterwards.
+    /// The queue's `stream_ack` (see `routed`): the consumer's cursor tick afterwards.
     #[tracing::instrument(name = "db", skip_all, fields(op = "stream_ack"))]
     pub async fn stream_ack(
         &self,
@@ -327,32 +318,50 @@ impl Store {
         id: Uuid,
         consumer: Option<&str>,
     ) -> Result<i64, CoreError> {
-        if let Some(schema) = self.grouped.routes().schema(self.pool(), queue).await? {
-            let sql = format!("SELECT consumer, cursor_tick FROM {schema}.stream_ack($1, $2)");
-            let direct: Result<(String, i64), sqlx::Error> = self
-                .retry_conflicts(|| {
-                    sqlx::query_as(AssertSqlSafe(sql.clone()))
+        let answer: Result<(String, i64), sqlx::Error> = self
+            .routed(queue, |schema| {
+                let sql = match &schema {
+                    Some(schema) => format!("SELECT * FROM {schema}.stream_ack($1, $2)"),
+                    None => "SELECT * FROM s3p.stream_ack($3, $1, $2)".into(),
+                };
+                self.retry_conflicts(move || {
+                    let query = sqlx::query_as(AssertSqlSafe(sql.clone()))
                         .bind(id)
-                        .bind(consumer)
-                        .fetch_one(self.pool())
+                        .bind(consumer);
+                    let query = if schema.is_none() {
+                        query.bind(queue)
+                    } else {
+                        query
+                    };
+                    query.fetch_one(self.pool())
                 })
-                .await;
-            match direct {
-                Err(error) if is_stale(&error) => self.grouped.routes().forget(queue),
-                answer => return answer.map(|(_, cursor)| cursor).map_err(map_db_error),
+            })
+            .await?;
+        answer.map(|(_, cursor)| cursor).map_err(map_db_error)
+    }
+
+    /// Runs `statement` on the queue's own schema when this gateway knows it (`Some`), else on
+    /// the catalog's `s3p` wrapper (`None`), which also answers an unknown queue. A route found
+    /// stale (the queue dropped or rebuilt) is forgotten and the statement runs on the wrapper.
+    /// The wrappers' dynamic SQL and their second copy of the rows cost about as much as a
+    /// receive itself.
+    async fn routed<T, F, Fut>(
+        &self,
+        queue: &str,
+        mut statement: F,
+    ) -> Result<Result<T, sqlx::Error>, CoreError>
+    where
+        F: FnMut(Option<Arc<str>>) -> Fut,
+        Fut: std::future::Future<Output = Result<T, sqlx::Error>>,
+    {
+        let routes = self.grouped.routes();
+        if let Some(schema) = routes.schema(self.pool(), queue).await? {
+            match statement(Some(schema)).await {
+                Err(error) if is_stale(&error) => routes.forget(queue),
+                answer => return Ok(answer),
             }
         }
-        let (_, cursor): (String, i64) = self
-            .retry_conflicts(|| {
-                sqlx::query_as("SELECT * FROM s3p.stream_ack($1, $2, $3)")
-                    .bind(queue)
-                    .bind(id)
-                    .bind(consumer)
-                    .fetch_one(self.pool())
-            })
-            .await
-            .map_err(map_db_error)?;
-        Ok(cursor)
+        Ok(statement(None).await)
     }
 
     /// `s3p.stream_nack`.
