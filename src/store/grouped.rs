@@ -22,9 +22,11 @@ use crate::model::job::{Completion, Job, NewJob};
 /// Most items one grouped statement takes.
 const MAX_GROUP: usize = 1000;
 
-/// Statements of one lane in flight at once: a second lets the database work while the first
-/// waits for its commit to reach the disk; further requests wait and share the next one.
-const LANE_STATEMENTS: usize = 2;
+/// Statements of one lane in flight at once. With one, every request that arrives while it runs
+/// shares the next: fewer, larger transactions, which cut CPU per job by a fifth and raised
+/// concurrent single enqueues by a quarter against two in flight (docs/benchmarks.md, eleventh
+/// session).
+const LANE_STATEMENTS: usize = 1;
 
 /// One ack: job id, lease token (none = any lease), result.
 pub type AckItem = (Uuid, Option<Uuid>, Option<Value>);
