@@ -178,6 +178,11 @@ fn decode<T: DeserializeOwned>(bytes: &[u8], request_id: &str) -> Result<T, ApiE
             },
         );
     }
+    // Most bodies are good: decode without tracking the path (a tracked key is an allocation
+    // each), and only a failed decode runs again with it, to name where it failed.
+    if let Ok(value) = serde_json::from_slice::<T>(bytes) {
+        return Ok(value);
+    }
     let mut reader = serde_json::Deserializer::from_slice(bytes);
     let decoded = serde_path_to_error::deserialize(&mut reader);
     if decoded.is_ok() {
