@@ -1,6 +1,7 @@
-//! Statements PostgreSQL aborted to break a deadlock or a serialization conflict, run again.
-//! Every operation is one statement in its own transaction, so an aborted one left nothing
-//! behind and a rerun is safe; the client never sees the conflict.
+//! Statements PostgreSQL aborted to break a deadlock or a serialization conflict, or that found
+//! their queue dropped under them, run again. Every operation is one statement in its own
+//! transaction, so an aborted one left nothing behind and a rerun is safe; the client never sees
+//! the conflict.
 
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::Duration;
@@ -16,15 +17,21 @@ pub(crate) struct Conflicts {
 
 impl Conflicts {
     /// Runs `run`, again (a few milliseconds later) when PostgreSQL aborted it with a deadlock
-    /// (40P01) or a serialization failure (40001).
+    /// (40P01) or a serialization failure (40001); and once more when it waited on a queue being
+    /// dropped and found the queue's tables gone (`routes::is_stale`): run again, it sees the
+    /// catalog as it is now (no such queue: 404; a stream append or subscribe: a new queue).
     pub(crate) async fn rerun<T, F, Fut>(&self, mut run: F) -> Result<T, sqlx::Error>
     where
         F: FnMut() -> Fut,
         Fut: std::future::Future<Output = Result<T, sqlx::Error>>,
     {
         let mut tries = 1u64;
+        let mut stale_rerun = false;
         loop {
             match run().await {
+                Err(error) if !stale_rerun && super::routes::is_stale(&error) => {
+                    stale_rerun = true;
+                }
                 Err(error) if tries < TRIES && is_conflict(&error) => {
                     tracing::warn!(%error, tries, "statement aborted by a lock conflict; running it again");
                     self.reruns.fetch_add(1, Ordering::Relaxed);

@@ -135,17 +135,20 @@ impl Store {
             .map(|m| m.headers.as_ref().map(Json))
             .collect();
         let headers = headers.iter().any(Option::is_some).then_some(headers);
-        let rows: Vec<(Uuid, i64)> = sqlx::query_as(
-            "SELECT event_id, seq FROM s3p.stream_append_columns($1, $2, $3, $4, $5)",
-        )
-        .bind(queue)
-        .bind(&ids)
-        .bind(&types)
-        .bind(&payloads)
-        .bind(&headers)
-        .fetch_all(self.pool())
-        .await
-        .map_err(map_db_error)?;
+        let rows: Vec<(Uuid, i64)> = self
+            .retry_conflicts(|| {
+                sqlx::query_as(
+                    "SELECT event_id, seq FROM s3p.stream_append_columns($1, $2, $3, $4, $5)",
+                )
+                .bind(queue)
+                .bind(&ids)
+                .bind(&types)
+                .bind(&payloads)
+                .bind(&headers)
+                .fetch_all(self.pool())
+            })
+            .await
+            .map_err(map_db_error)?;
         // New events wait for a tick (and a rotation, later).
         self.mark_due(queue, chrono::Utc::now());
         Ok(rows
@@ -163,15 +166,17 @@ impl Store {
         from_tick: Option<i64>,
         cooperative: Option<bool>,
     ) -> Result<Subscription, CoreError> {
-        let row: Option<(String, i64, bool, bool)> =
-            sqlx::query_as("SELECT * FROM s3p.stream_subscribe($1, $2, $3, $4)")
-                .bind(queue)
-                .bind(consumer)
-                .bind(from_tick)
-                .bind(cooperative)
-                .fetch_optional(self.pool())
-                .await
-                .map_err(map_db_error)?;
+        let row: Option<(String, i64, bool, bool)> = self
+            .retry_conflicts(|| {
+                sqlx::query_as("SELECT * FROM s3p.stream_subscribe($1, $2, $3, $4)")
+                    .bind(queue)
+                    .bind(consumer)
+                    .bind(from_tick)
+                    .bind(cooperative)
+                    .fetch_optional(self.pool())
+            })
+            .await
+            .map_err(map_db_error)?;
         let (consumer, last_tick, cooperative, created) = row.ok_or_else(|| {
             CoreError::new(
                 crate::model::error::ErrorKind::Conflict,
@@ -208,14 +213,16 @@ impl Store {
         after: Option<&str>,
         page_size: i64,
     ) -> Result<Vec<ConsumerInfo>, CoreError> {
-        let rows: Vec<ConsumerRow> =
-            sqlx::query_as("SELECT * FROM s3p.stream_consumers($1, $2, $3)")
-                .bind(queue)
-                .bind(after)
-                .bind(i32::try_from(page_size).unwrap_or(i32::MAX))
-                .fetch_all(self.pool())
-                .await
-                .map_err(map_db_error)?;
+        let rows: Vec<ConsumerRow> = self
+            .retry_conflicts(|| {
+                sqlx::query_as("SELECT * FROM s3p.stream_consumers($1, $2, $3)")
+                    .bind(queue)
+                    .bind(after)
+                    .bind(i32::try_from(page_size).unwrap_or(i32::MAX))
+                    .fetch_all(self.pool())
+            })
+            .await
+            .map_err(map_db_error)?;
         Ok(rows
             .into_iter()
             .map(|r| ConsumerInfo {
@@ -233,11 +240,13 @@ impl Store {
     /// `s3p.stream_consumer_count`: how many consumers the stream has.
     #[tracing::instrument(name = "db", skip_all, fields(op = "stream_consumer_count"))]
     pub async fn stream_consumer_count(&self, queue: &str) -> Result<i64, CoreError> {
-        sqlx::query_scalar("SELECT s3p.stream_consumer_count($1)")
-            .bind(queue)
-            .fetch_one(self.pool())
-            .await
-            .map_err(map_db_error)
+        self.retry_conflicts(|| {
+            sqlx::query_scalar("SELECT s3p.stream_consumer_count($1)")
+                .bind(queue)
+                .fetch_one(self.pool())
+        })
+        .await
+        .map_err(map_db_error)
     }
 
     /// The queue's `stream_receive` with a fresh batch id (see `routed`).
@@ -284,10 +293,13 @@ impl Store {
     /// `s3p.stream_batch`.
     #[tracing::instrument(name = "db", skip_all, fields(op = "stream_batch"))]
     pub async fn stream_batch(&self, queue: &str, id: Uuid) -> Result<Batch, CoreError> {
-        let rows: Vec<PgRow> = sqlx::query("SELECT * FROM s3p.stream_batch($1, $2)")
-            .bind(queue)
-            .bind(id)
-            .fetch_all(self.pool())
+        let rows: Vec<PgRow> = self
+            .retry_conflicts(|| {
+                sqlx::query("SELECT * FROM s3p.stream_batch($1, $2)")
+                    .bind(queue)
+                    .bind(id)
+                    .fetch_all(self.pool())
+            })
             .await
             .map_err(map_db_error)?;
         batch(&rows)
@@ -302,12 +314,14 @@ impl Store {
         queue: &str,
         id: Uuid,
     ) -> Result<Option<String>, CoreError> {
-        sqlx::query_scalar("SELECT s3p.stream_batch_state($1, $2)")
-            .bind(queue)
-            .bind(id)
-            .fetch_one(self.pool())
-            .await
-            .map_err(map_db_error)
+        self.retry_conflicts(|| {
+            sqlx::query_scalar("SELECT s3p.stream_batch_state($1, $2)")
+                .bind(queue)
+                .bind(id)
+                .fetch_one(self.pool())
+        })
+        .await
+        .map_err(map_db_error)
     }
 
     /// The queue's `stream_ack` (see `routed`): the consumer's cursor tick afterwards.
@@ -399,12 +413,14 @@ impl Store {
     /// `s3p.stream_info`.
     #[tracing::instrument(name = "db", skip_all, fields(op = "stream_info"))]
     pub async fn stream_info(&self, queue: &str) -> Result<StreamInfo, CoreError> {
-        sqlx::query_scalar("SELECT s3p.stream_info($1)")
-            .bind(queue)
-            .fetch_one(self.pool())
-            .await
-            .map(|Json(info)| info)
-            .map_err(map_db_error)
+        self.retry_conflicts(|| {
+            sqlx::query_scalar("SELECT s3p.stream_info($1)")
+                .bind(queue)
+                .fetch_one(self.pool())
+        })
+        .await
+        .map(|Json(info)| info)
+        .map_err(map_db_error)
     }
 
     /// `s3p.stream_configure` (`None` leaves a setting as it is).
@@ -415,15 +431,17 @@ impl Store {
         changes: &StreamConfigChanges,
     ) -> Result<StreamConfig, CoreError> {
         let (max_retries, retention_ms, tick_max_events, tick_max_bytes): (i32, i64, i32, i64) =
-            sqlx::query_as("SELECT * FROM s3p.stream_configure($1, $2, $3, $4, $5)")
-                .bind(queue)
-                .bind(changes.max_retries)
-                .bind(changes.retention_ms)
-                .bind(changes.tick_max_events)
-                .bind(changes.tick_max_bytes)
-                .fetch_one(self.pool())
-                .await
-                .map_err(map_db_error)?;
+            self.retry_conflicts(|| {
+                sqlx::query_as("SELECT * FROM s3p.stream_configure($1, $2, $3, $4, $5)")
+                    .bind(queue)
+                    .bind(changes.max_retries)
+                    .bind(changes.retention_ms)
+                    .bind(changes.tick_max_events)
+                    .bind(changes.tick_max_bytes)
+                    .fetch_one(self.pool())
+            })
+            .await
+            .map_err(map_db_error)?;
         Ok(StreamConfig {
             max_retries,
             retention_ms,
@@ -441,15 +459,17 @@ impl Store {
         offset: i32,
         max_bytes: i64,
     ) -> Result<(Vec<StreamDeadLetter>, bool), CoreError> {
-        let rows: Vec<DeadLetterRow> =
-            sqlx::query_as("SELECT * FROM s3p.stream_dead_letters($1, $2, $3, $4)")
-                .bind(queue)
-                .bind(limit)
-                .bind(offset)
-                .bind(max_bytes)
-                .fetch_all(self.pool())
-                .await
-                .map_err(map_db_error)?;
+        let rows: Vec<DeadLetterRow> = self
+            .retry_conflicts(|| {
+                sqlx::query_as("SELECT * FROM s3p.stream_dead_letters($1, $2, $3, $4)")
+                    .bind(queue)
+                    .bind(limit)
+                    .bind(offset)
+                    .bind(max_bytes)
+                    .fetch_all(self.pool())
+            })
+            .await
+            .map_err(map_db_error)?;
         let cut = rows.first().is_some_and(|r| r.cut);
         let letters = rows
             .into_iter()
@@ -471,22 +491,26 @@ impl Store {
     /// `s3p.stream_replay`: how many were replayed.
     #[tracing::instrument(name = "db", skip_all, fields(op = "stream_replay"))]
     pub async fn stream_replay(&self, queue: &str, id: Option<Uuid>) -> Result<i32, CoreError> {
-        sqlx::query_scalar("SELECT s3p.stream_replay($1, $2)")
-            .bind(queue)
-            .bind(id)
-            .fetch_one(self.pool())
-            .await
-            .map_err(map_db_error)
+        self.retry_conflicts(|| {
+            sqlx::query_scalar("SELECT s3p.stream_replay($1, $2)")
+                .bind(queue)
+                .bind(id)
+                .fetch_one(self.pool())
+        })
+        .await
+        .map_err(map_db_error)
     }
 
     /// `s3p.stream_purge_dead_letters`: how many were purged.
     #[tracing::instrument(name = "db", skip_all, fields(op = "stream_purge"))]
     pub async fn stream_purge(&self, queue: &str, older_than_ms: i64) -> Result<i32, CoreError> {
-        sqlx::query_scalar("SELECT s3p.stream_purge_dead_letters($1, $2)")
-            .bind(queue)
-            .bind(older_than_ms)
-            .fetch_one(self.pool())
-            .await
-            .map_err(map_db_error)
+        self.retry_conflicts(|| {
+            sqlx::query_scalar("SELECT s3p.stream_purge_dead_letters($1, $2)")
+                .bind(queue)
+                .bind(older_than_ms)
+                .fetch_one(self.pool())
+        })
+        .await
+        .map_err(map_db_error)
     }
 }

@@ -618,6 +618,75 @@ async fn receive_and_ack_waiting_on_a_dropping_queue_answer_404() {
     assert_eq!(error_code(&ack_body), "not_found", "{ack_body}");
 }
 
+/// The catalog's stream routes (info, consumers, a batch, dead letters, append, subscribe) waiting
+/// on a queue being dropped answer as if they came after the drop: 404 for what needs the queue,
+/// and an append or subscribe makes the queue anew; never a backend error.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn stream_routes_waiting_on_a_dropping_queue_answer_after_it() {
+    let app = spawn_quiet().await;
+    let api = Api::new(&app);
+    let q = "dropping-catalog";
+    api.subscribe(q, "c", None, false).await;
+    api.append(q, "drop.one", json!({})).await;
+    let batch = api.receive(q, "c", 100).await;
+    let id = batch_id(&batch).expect("batch");
+
+    let mut held = db(&app).await;
+    let mut tx = held.begin().await.expect("begin");
+    let dropped: bool = sqlx::query_scalar("SELECT s3p.drop_queue($1)")
+        .bind(q)
+        .fetch_one(&mut *tx)
+        .await
+        .expect("drop the queue");
+    assert!(dropped);
+    let commit = async {
+        // Every request is waiting on the drop's locks by then.
+        tokio::time::sleep(Duration::from_millis(700)).await;
+        tx.commit().await.expect("commit the drop");
+    };
+    let paths = [
+        format!("/ojs/v1/queues/{q}/info"),
+        format!("/ojs/v1/queues/{q}/consumers"),
+        format!("/ojs/v1/queues/{q}/batches/{id}"),
+        format!("/ojs/v1/queues/{q}/dlq"),
+        format!("/ojs/v1/queues/{q}/messages"),
+    ];
+    let (info, consumers, got_batch, dlq, appended, subscribed, ()) = tokio::join!(
+        api.get(&paths[0]),
+        api.get(&paths[1]),
+        api.get(&paths[2]),
+        api.get(&paths[3]),
+        api.post(
+            &paths[4],
+            json!({"type": "drop.after", "payload": {"n": 1}})
+        ),
+        api.post(&paths[1], json!({"consumer": "d", "from_tick": 0})),
+        commit
+    );
+    for (route, (status, body)) in [
+        ("info", &info),
+        ("consumers", &consumers),
+        ("batch", &got_batch),
+        ("dlq", &dlq),
+    ] {
+        assert_eq!(*status, StatusCode::NOT_FOUND, "{route}: {body}");
+        assert_eq!(error_code(body), "not_found", "{route}: {body}");
+    }
+    assert!(appended.0.is_success(), "append: {}", appended.1);
+    assert!(subscribed.0.is_success(), "subscribe: {}", subscribed.1);
+    // Both went to the queue made anew: it holds the new consumer and the appended message only.
+    let info = api.ok_get(&paths[0]).await;
+    assert_eq!(info["events"], 1, "{info}");
+    let listed = api.ok_get(&paths[1]).await;
+    let names: Vec<&str> = listed["consumers"]
+        .as_array()
+        .expect("consumers")
+        .iter()
+        .filter_map(|c| c["consumer"].as_str())
+        .collect();
+    assert_eq!(names, vec!["d"], "{listed}");
+}
+
 /// Receive without ack returns the same batch (same id, same events); two concurrent receives of
 /// one consumer get one batch, not two.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
