@@ -186,3 +186,76 @@ async fn batches_creating_the_same_new_queues_in_other_orders_all_succeed() {
     }
     app.stop().await;
 }
+
+/// An ack that waits on its job's row lock (a long transaction holds it) does not hold up the
+/// queue's other acks: they complete while the lock is still held.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_ack_waiting_on_a_locked_job_does_not_hold_up_other_acks() {
+    use sqlx::{Connection, PgConnection};
+    use std::time::Duration;
+
+    let app = common::spawn_app().await;
+    let http = common::http::Http::new(&app);
+    let q = "held";
+    for i in 0..3 {
+        let (status, body) = http
+            .post(
+                "/ojs/v1/jobs",
+                json!({"type": "held.job", "args": [i], "options": {"queue": q}}),
+            )
+            .await;
+        assert!(status.is_success(), "{body}");
+    }
+    let (status, fetched) = http
+        .post(
+            "/ojs/v1/workers/fetch",
+            json!({"queues": [q], "count": 3, "worker_id": "w"}),
+        )
+        .await;
+    assert!(status.is_success(), "{fetched}");
+    let leases: Vec<(String, String)> = fetched["jobs"]
+        .as_array()
+        .expect("jobs")
+        .iter()
+        .map(|j| {
+            (
+                j["id"].as_str().expect("id").to_string(),
+                j["lease_token"].as_str().expect("lease").to_string(),
+            )
+        })
+        .collect();
+    assert_eq!(leases.len(), 3, "{fetched}");
+
+    let mut held = PgConnection::connect(&app.database_url)
+        .await
+        .expect("connect");
+    let mut tx = held.begin().await.expect("begin");
+    sqlx::query("SELECT 1 FROM s3q_held.jobs WHERE id = $1::uuid FOR UPDATE")
+        .bind(&leases[0].0)
+        .execute(&mut *tx)
+        .await
+        .expect("lock the first job");
+    let ack = |(id, lease): &(String, String)| {
+        http.post(
+            "/ojs/v1/workers/ack",
+            json!({"job_id": id, "lease_token": lease}),
+        )
+    };
+    let blocked = ack(&leases[0]);
+    let others = async {
+        // The first ack is waiting on the lock by then.
+        tokio::time::sleep(Duration::from_millis(300)).await;
+        for lease in &leases[1..] {
+            let (status, body) = tokio::time::timeout(Duration::from_secs(3), ack(lease))
+                .await
+                .expect("an ack of another job answers while the lock is held");
+            assert!(status.is_success(), "{body}");
+        }
+        tx.commit().await.expect("release the lock");
+    };
+    let ((status, body), ()) = tokio::join!(blocked, others);
+    assert!(
+        status.is_success(),
+        "the locked job's ack, once released: {body}"
+    );
+}
