@@ -44,23 +44,26 @@ impl Store {
         skip: i32,
         take: i32,
     ) -> Result<Vec<Job>, CoreError> {
-        let rows: Vec<JobRow> = sqlx::query_as(
-            "SELECT * FROM s3p.admin_jobs($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11)",
-        )
-        .bind(filter.queue.as_deref())
-        .bind(scope.like_patterns())
-        .bind(filter.state.as_deref())
-        .bind(filter.type_exact.as_deref())
-        .bind(filter.type_prefix.as_deref())
-        .bind(filter.since)
-        .bind(filter.until)
-        .bind(sort)
-        .bind(descending)
-        .bind(skip)
-        .bind(take)
-        .fetch_all(&self.pool)
-        .await
-        .map_err(map_db_error)?;
+        let rows: Vec<JobRow> = self
+            .retry_conflicts(|| {
+                sqlx::query_as(
+                    "SELECT * FROM s3p.admin_jobs($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11)",
+                )
+                .bind(filter.queue.as_deref())
+                .bind(scope.like_patterns())
+                .bind(filter.state.as_deref())
+                .bind(filter.type_exact.as_deref())
+                .bind(filter.type_prefix.as_deref())
+                .bind(filter.since)
+                .bind(filter.until)
+                .bind(sort)
+                .bind(descending)
+                .bind(skip)
+                .bind(take)
+                .fetch_all(&self.pool)
+            })
+            .await
+            .map_err(map_db_error)?;
         jobs(rows)
     }
 
@@ -72,18 +75,20 @@ impl Store {
         filter: &JobFilter,
         cap: i32,
     ) -> Result<i64, CoreError> {
-        sqlx::query_scalar("SELECT s3p.admin_jobs_count($1, $2, $3, $4, $5, $6, $7, $8)")
-            .bind(filter.queue.as_deref())
-            .bind(scope.like_patterns())
-            .bind(filter.state.as_deref())
-            .bind(filter.type_exact.as_deref())
-            .bind(filter.type_prefix.as_deref())
-            .bind(filter.since)
-            .bind(filter.until)
-            .bind(cap)
-            .fetch_one(&self.pool)
-            .await
-            .map_err(map_db_error)
+        self.retry_conflicts(|| {
+            sqlx::query_scalar("SELECT s3p.admin_jobs_count($1, $2, $3, $4, $5, $6, $7, $8)")
+                .bind(filter.queue.as_deref())
+                .bind(scope.like_patterns())
+                .bind(filter.state.as_deref())
+                .bind(filter.type_exact.as_deref())
+                .bind(filter.type_prefix.as_deref())
+                .bind(filter.since)
+                .bind(filter.until)
+                .bind(cap)
+                .fetch_one(&self.pool)
+        })
+        .await
+        .map_err(map_db_error)
     }
 
     /// `s3p.admin_bulk`: `action` on up to `max` jobs matching `filter` in `scope`. It locks
@@ -203,11 +208,13 @@ impl Store {
         &self,
         queue: &str,
     ) -> Result<Option<DateTime<Utc>>, CoreError> {
-        sqlx::query_scalar("SELECT s3p.oldest_available_at($1)")
-            .bind(queue)
-            .fetch_one(&self.pool)
-            .await
-            .map_err(map_db_error)
+        self.retry_conflicts(|| {
+            sqlx::query_scalar("SELECT s3p.oldest_available_at($1)")
+                .bind(queue)
+                .fetch_one(&self.pool)
+        })
+        .await
+        .map_err(map_db_error)
     }
 
     /// `s3p.workflows_list`: a page of workflows in `scope` (their summaries) and how many

@@ -303,9 +303,12 @@ impl Store {
     /// `s3p.get_job`.
     #[tracing::instrument(name = "db", skip_all, fields(op = "get_job"))]
     pub async fn get_job(&self, id: Uuid) -> Result<Job, CoreError> {
-        let rows = sqlx::query_as("SELECT * FROM s3p.get_job($1)")
-            .bind(id)
-            .fetch_all(&self.pool)
+        let rows = self
+            .retry_conflicts(|| {
+                sqlx::query_as("SELECT * FROM s3p.get_job($1)")
+                    .bind(id)
+                    .fetch_all(&self.pool)
+            })
             .await
             .map_err(map_db_error)?;
         one(rows, id)

@@ -47,23 +47,27 @@ impl Store {
     /// `s3p.queue_stats`.
     #[tracing::instrument(name = "db", skip_all, fields(op = "queue_stats"))]
     pub async fn queue_stats(&self, queue: &str) -> Result<QueueStats, CoreError> {
-        sqlx::query_scalar("SELECT s3p.queue_stats($1)")
-            .bind(queue)
-            .fetch_one(&self.pool)
-            .await
-            .map(|Json(stats)| stats)
-            .map_err(map_db_error)
+        self.retry_conflicts(|| {
+            sqlx::query_scalar("SELECT s3p.queue_stats($1)")
+                .bind(queue)
+                .fetch_one(&self.pool)
+        })
+        .await
+        .map(|Json(stats)| stats)
+        .map_err(map_db_error)
     }
 
     /// `s3p.queue_stats` of several queues in one round trip, in the order given.
     #[tracing::instrument(name = "db", skip_all, fields(op = "queue_stats_of"))]
     pub async fn queue_stats_of(&self, queues: &[String]) -> Result<Vec<QueueStats>, CoreError> {
-        sqlx::query_scalar(
+        self.retry_conflicts(|| {
+            sqlx::query_scalar(
             "SELECT s3p.queue_stats(u.name) FROM unnest($1::text[]) WITH ORDINALITY AS u(name, i) \
              ORDER BY u.i",
         )
         .bind(queues)
         .fetch_all(&self.pool)
+        })
         .await
         .map(|rows| rows.into_iter().map(|Json(stats)| stats).collect())
         .map_err(map_db_error)
@@ -76,24 +80,28 @@ impl Store {
         queue: &str,
         changes: &Value,
     ) -> Result<QueueConfig, CoreError> {
-        sqlx::query_scalar("SELECT s3p.queue_config($1, $2)")
-            .bind(queue)
-            .bind(changes)
-            .fetch_one(&self.pool)
-            .await
-            .map(|Json(config)| config)
-            .map_err(map_db_error)
+        self.retry_conflicts(|| {
+            sqlx::query_scalar("SELECT s3p.queue_config($1, $2)")
+                .bind(queue)
+                .bind(changes)
+                .fetch_one(&self.pool)
+        })
+        .await
+        .map(|Json(config)| config)
+        .map_err(map_db_error)
     }
 
     /// `s3p.set_paused`.
     #[tracing::instrument(name = "db", skip_all, fields(op = "set_paused"))]
     pub async fn set_paused(&self, queue: &str, paused: bool) -> Result<bool, CoreError> {
-        sqlx::query_scalar("SELECT s3p.set_paused($1, $2)")
-            .bind(queue)
-            .bind(paused)
-            .fetch_one(&self.pool)
-            .await
-            .map_err(map_db_error)
+        self.retry_conflicts(|| {
+            sqlx::query_scalar("SELECT s3p.set_paused($1, $2)")
+                .bind(queue)
+                .bind(paused)
+                .fetch_one(&self.pool)
+        })
+        .await
+        .map_err(map_db_error)
     }
 
     /// `s3p.list_queues`; the available counts only when asked for.

@@ -910,6 +910,58 @@ async fn routes_cached_by_one_gateway_follow_another_gateways_drop_and_create() 
     b.stop().await;
 }
 
+/// Reads of a queue and its jobs (a job by id, queue stats, queue config, the admin queue and
+/// job listing) that wait on the queue being dropped answer as if they came after the drop: 404,
+/// or an empty listing; never a backend error.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn reads_waiting_on_a_dropping_queue_answer_after_it() {
+    let app = common::spawn_app().await;
+    let http = Http::new(&app);
+    let q = "dropping-reads";
+    let id = http.enqueue(q, "drop.read").await;
+
+    let mut held = db(&app.database_url).await;
+    let mut tx = held.begin().await.expect("begin");
+    let dropped: bool = sqlx::query_scalar("SELECT s3p.drop_queue($1)")
+        .bind(q)
+        .fetch_one(&mut *tx)
+        .await
+        .expect("drop the queue");
+    assert!(dropped);
+    let commit = async {
+        // Every request is waiting on the drop's locks by then.
+        tokio::time::sleep(Duration::from_millis(700)).await;
+        tx.commit().await.expect("commit the drop");
+    };
+    let paths = [
+        format!("/ojs/v1/jobs/{id}"),
+        format!("/ojs/v1/queues/{q}/stats"),
+        format!("/ojs/v1/queues/{q}/config"),
+        format!("/ojs/v1/admin/queues/{q}"),
+        format!("/ojs/v1/admin/jobs?queue={q}"),
+    ];
+    let (job, stats, config, admin_queue, admin_jobs, ()) = tokio::join!(
+        http.get(&paths[0]),
+        http.get(&paths[1]),
+        http.get(&paths[2]),
+        http.get(&paths[3]),
+        http.get(&paths[4]),
+        commit
+    );
+    for (route, (status, body)) in [
+        ("job", &job),
+        ("stats", &stats),
+        ("config", &config),
+        ("admin queue", &admin_queue),
+    ] {
+        assert_eq!(*status, StatusCode::NOT_FOUND, "{route}: {body}");
+        assert_eq!(error_code(body), "not_found", "{route}: {body}");
+    }
+    let (status, body) = admin_jobs;
+    assert_eq!(status, StatusCode::OK, "admin jobs: {body}");
+    assert_eq!(body["items"], json!([]), "admin jobs: {body}");
+}
+
 /// A queue created, filled (jobs in several states, stream events, consumers, a dead letter,
 /// config, pause), dropped and re-created has no trace of its first life.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
