@@ -227,15 +227,17 @@ impl Store {
         skip: i32,
         take: i32,
     ) -> Result<(Vec<Value>, i64), CoreError> {
-        let (items, total): (Value, i64) =
-            sqlx::query_as("SELECT items, total FROM s3p.workflows_list($1, $2, $3, $4)")
-                .bind(scope.like_patterns())
-                .bind(state)
-                .bind(skip)
-                .bind(take)
-                .fetch_one(&self.pool)
-                .await
-                .map_err(map_db_error)?;
+        let (items, total): (Value, i64) = self
+            .retry_conflicts(|| {
+                sqlx::query_as("SELECT items, total FROM s3p.workflows_list($1, $2, $3, $4)")
+                    .bind(scope.like_patterns())
+                    .bind(state)
+                    .bind(skip)
+                    .bind(take)
+                    .fetch_one(&self.pool)
+            })
+            .await
+            .map_err(map_db_error)?;
         Ok((
             match items {
                 Value::Array(items) => items,

@@ -293,11 +293,13 @@ impl Store {
     /// by-id operation is checked against.
     #[tracing::instrument(name = "db", skip_all, fields(op = "job_queues"))]
     pub async fn job_queues(&self, ids: &[Uuid]) -> Result<Vec<(Uuid, String)>, CoreError> {
-        sqlx::query_as("SELECT id, queue FROM s3p.job_queues($1)")
-            .bind(ids)
-            .fetch_all(&self.pool)
-            .await
-            .map_err(map_db_error)
+        self.retry_conflicts(|| {
+            sqlx::query_as("SELECT id, queue FROM s3p.job_queues($1)")
+                .bind(ids)
+                .fetch_all(&self.pool)
+        })
+        .await
+        .map_err(map_db_error)
     }
 
     /// `s3p.get_job`.
@@ -357,11 +359,13 @@ impl Store {
     /// Whether any of the queues exists.
     #[tracing::instrument(name = "db", skip_all, fields(op = "any_queue_exists"))]
     pub async fn any_queue_exists(&self, queues: &[String]) -> Result<bool, CoreError> {
-        sqlx::query_scalar("SELECT EXISTS (SELECT 1 FROM s3p.queues WHERE name = ANY($1))")
-            .bind(queues)
-            .fetch_one(&self.pool)
-            .await
-            .map_err(map_db_error)
+        self.retry_conflicts(|| {
+            sqlx::query_scalar("SELECT EXISTS (SELECT 1 FROM s3p.queues WHERE name = ANY($1))")
+                .bind(queues)
+                .fetch_one(&self.pool)
+        })
+        .await
+        .map_err(map_db_error)
     }
 
     /// Completes an active job; grouped with the acks in flight (see `ack_each`).
@@ -524,18 +528,24 @@ impl Store {
             CoreError::invalid(format!("limit must be between 1 and 200, not {limit}"))
         })?;
         let patterns = scope.like_patterns();
-        let rows = sqlx::query_as("SELECT * FROM s3p.dead_letters($1, $2, $3, $4)")
-            .bind(queue)
-            .bind(limit)
-            .bind(offset)
-            .bind(&patterns)
-            .fetch_all(&self.pool)
+        let rows = self
+            .retry_conflicts(|| {
+                sqlx::query_as("SELECT * FROM s3p.dead_letters($1, $2, $3, $4)")
+                    .bind(queue)
+                    .bind(limit)
+                    .bind(offset)
+                    .bind(&patterns)
+                    .fetch_all(&self.pool)
+            })
             .await
             .map_err(map_db_error)?;
-        let total: i64 = sqlx::query_scalar("SELECT s3p.dead_letter_count($1, $2)")
-            .bind(queue)
-            .bind(&patterns)
-            .fetch_one(&self.pool)
+        let total: i64 = self
+            .retry_conflicts(|| {
+                sqlx::query_scalar("SELECT s3p.dead_letter_count($1, $2)")
+                    .bind(queue)
+                    .bind(&patterns)
+                    .fetch_one(&self.pool)
+            })
             .await
             .map_err(map_db_error)?;
         Ok((jobs(rows)?, total))

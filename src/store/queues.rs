@@ -14,19 +14,24 @@ impl Store {
     /// `s3p.create_queue`: true when it was created now.
     #[tracing::instrument(name = "db", skip_all, fields(op = "create_queue"))]
     pub async fn create_queue(&self, queue: &str) -> Result<bool, CoreError> {
-        sqlx::query_scalar("SELECT s3p.create_queue($1)")
-            .bind(queue)
-            .fetch_one(&self.pool)
-            .await
-            .map_err(map_db_error)
+        self.retry_conflicts(|| {
+            sqlx::query_scalar("SELECT s3p.create_queue($1)")
+                .bind(queue)
+                .fetch_one(&self.pool)
+        })
+        .await
+        .map_err(map_db_error)
     }
 
     /// `s3p.drop_queue`.
     #[tracing::instrument(name = "db", skip_all, fields(op = "drop_queue"))]
     pub async fn drop_queue(&self, queue: &str) -> Result<(), CoreError> {
-        let dropped = sqlx::query("SELECT s3p.drop_queue($1)")
-            .bind(queue)
-            .execute(&self.pool)
+        let dropped = self
+            .retry_conflicts(|| {
+                sqlx::query("SELECT s3p.drop_queue($1)")
+                    .bind(queue)
+                    .execute(&self.pool)
+            })
             .await
             .map(|_| ())
             .map_err(map_db_error);
@@ -37,11 +42,13 @@ impl Store {
     /// `s3p.adopt_queue`: how many job ids were indexed.
     #[tracing::instrument(name = "db", skip_all, fields(op = "adopt_queue"))]
     pub async fn adopt_queue(&self, queue: &str) -> Result<i64, CoreError> {
-        sqlx::query_scalar("SELECT s3p.adopt_queue($1)")
-            .bind(queue)
-            .fetch_one(&self.pool)
-            .await
-            .map_err(map_db_error)
+        self.retry_conflicts(|| {
+            sqlx::query_scalar("SELECT s3p.adopt_queue($1)")
+                .bind(queue)
+                .fetch_one(&self.pool)
+        })
+        .await
+        .map_err(map_db_error)
     }
 
     /// `s3p.queue_stats`.
@@ -113,7 +120,9 @@ impl Store {
         after: Option<&str>,
         page_size: Option<i64>,
     ) -> Result<Vec<QueueSummary>, CoreError> {
-        let rows: Vec<(String, bool, DateTime<Utc>, Option<i64>)> = sqlx::query_as(
+        let rows: Vec<(String, bool, DateTime<Utc>, Option<i64>)> = self
+            .retry_conflicts(|| {
+                sqlx::query_as(
             "SELECT name, paused, created_at, available FROM s3p.list_queues($1, $2, $3, $4)",
         )
         .bind(count_available)
@@ -121,8 +130,9 @@ impl Store {
         .bind(page_size.map(|n| n as i32))
         .bind(scope.like_patterns())
         .fetch_all(&self.pool)
-        .await
-        .map_err(map_db_error)?;
+            })
+            .await
+            .map_err(map_db_error)?;
         Ok(rows
             .into_iter()
             .map(|(name, paused, created_at, available)| QueueSummary {
@@ -137,10 +147,12 @@ impl Store {
     /// How many queue namespaces of `scope` exist.
     #[tracing::instrument(name = "db", skip_all, fields(op = "count_queues"))]
     pub async fn count_queues(&self, scope: &Scope) -> Result<i64, CoreError> {
-        sqlx::query_scalar("SELECT count(*) FROM s3p.queues WHERE s3p.in_scope(name, $1)")
-            .bind(scope.like_patterns())
-            .fetch_one(&self.pool)
-            .await
-            .map_err(map_db_error)
+        self.retry_conflicts(|| {
+            sqlx::query_scalar("SELECT count(*) FROM s3p.queues WHERE s3p.in_scope(name, $1)")
+                .bind(scope.like_patterns())
+                .fetch_one(&self.pool)
+        })
+        .await
+        .map_err(map_db_error)
     }
 }

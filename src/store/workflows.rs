@@ -34,11 +34,13 @@ impl Store {
     /// `s3p.workflow_view`.
     #[tracing::instrument(name = "db", skip_all, fields(op = "workflow"))]
     pub async fn workflow(&self, id: Uuid) -> Result<Value, CoreError> {
-        sqlx::query_scalar("SELECT s3p.workflow_view($1)")
-            .bind(id)
-            .fetch_one(&self.pool)
-            .await
-            .map_err(map_db_error)
+        self.retry_conflicts(|| {
+            sqlx::query_scalar("SELECT s3p.workflow_view($1)")
+                .bind(id)
+                .fetch_one(&self.pool)
+        })
+        .await
+        .map_err(map_db_error)
     }
 
     /// `s3p.cancel_workflow`.
@@ -57,12 +59,14 @@ impl Store {
     /// exist: its own lookup answers not found).
     #[tracing::instrument(name = "db", skip_all, fields(op = "workflow_in_scope"))]
     pub async fn workflow_in_scope(&self, scope: &Scope, id: Uuid) -> Result<bool, CoreError> {
-        sqlx::query_scalar("SELECT s3p.workflow_in_scope($1, $2)")
-            .bind(id)
-            .bind(scope.like_patterns())
-            .fetch_one(&self.pool)
-            .await
-            .map_err(map_db_error)
+        self.retry_conflicts(|| {
+            sqlx::query_scalar("SELECT s3p.workflow_in_scope($1, $2)")
+                .bind(id)
+                .bind(scope.like_patterns())
+                .fetch_one(&self.pool)
+        })
+        .await
+        .map_err(map_db_error)
     }
 
     /// The newest workflows with their progress (the first page of `s3p.workflows_list`).
