@@ -16,11 +16,15 @@ impl Store {
         let mut queues: Vec<Value> = Vec::new();
         let mut after: Option<String> = None;
         loop {
-            let mut page: Value = sqlx::query_scalar("SELECT s3p.metrics_snapshot($1, $2, $3)")
-                .bind(after.as_deref())
-                .bind(PAGE)
-                .bind(&patterns)
-                .fetch_one(&self.pool)
+            // A queue dropped while the page is read: run once more (`Conflicts::rerun`).
+            let mut page: Value = self
+                .retry_conflicts(|| {
+                    sqlx::query_scalar("SELECT s3p.metrics_snapshot($1, $2, $3)")
+                        .bind(after.as_deref())
+                        .bind(PAGE)
+                        .bind(&patterns)
+                        .fetch_one(&self.pool)
+                })
                 .await
                 .map_err(map_db_error)?;
             let Some(Value::Array(rows)) = page.get_mut("queues").map(Value::take) else {

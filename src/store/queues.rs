@@ -64,20 +64,30 @@ impl Store {
         .map_err(map_db_error)
     }
 
-    /// `s3p.queue_stats` of several queues in one round trip, in the order given.
+    /// `s3p.queue_stats` of those of several queues that exist, in one round trip, in the order
+    /// given. A queue dropped while it is read (a listing named it a moment before) is left out:
+    /// the statement runs once more, and then no longer sees it.
     #[tracing::instrument(name = "db", skip_all, fields(op = "queue_stats_of"))]
     pub async fn queue_stats_of(&self, queues: &[String]) -> Result<Vec<QueueStats>, CoreError> {
-        self.retry_conflicts(|| {
-            sqlx::query_scalar(
-            "SELECT s3p.queue_stats(u.name) FROM unnest($1::text[]) WITH ORDINALITY AS u(name, i) \
-             ORDER BY u.i",
-        )
-        .bind(queues)
-        .fetch_all(&self.pool)
-        })
-        .await
-        .map(|rows| rows.into_iter().map(|Json(stats)| stats).collect())
-        .map_err(map_db_error)
+        let read = || {
+            self.retry_conflicts(|| {
+                sqlx::query_scalar(
+                    "SELECT s3p.queue_stats(u.name)
+                       FROM unnest($1::text[]) WITH ORDINALITY AS u(name, i)
+                      WHERE EXISTS (SELECT 1 FROM s3p.queues q WHERE q.name = u.name)
+                      ORDER BY u.i",
+                )
+                .bind(queues)
+                .fetch_all(&self.pool)
+            })
+        };
+        let rows: Vec<Json<QueueStats>> = match read().await {
+            // The queue's own read found it gone after the listing saw it (PV404).
+            Err(error) if is_not_found(&error) => read().await,
+            other => other,
+        }
+        .map_err(map_db_error)?;
+        Ok(rows.into_iter().map(|Json(stats)| stats).collect())
     }
 
     /// `s3p.queue_config`.
@@ -155,4 +165,9 @@ impl Store {
         .await
         .map_err(map_db_error)
     }
+}
+
+/// Whether PostgreSQL raised pgvs3's "not found" (PV404).
+fn is_not_found(error: &sqlx::Error) -> bool {
+    matches!(error, sqlx::Error::Database(db) if db.code().as_deref() == Some("PV404"))
 }
