@@ -6,7 +6,7 @@ use sqlx::types::Json;
 
 use super::{Store, map_db_error};
 use crate::model::access::Scope;
-use crate::model::error::CoreError;
+use crate::model::error::{CoreError, ErrorKind};
 use crate::model::job::QueueSummary;
 use crate::model::queue::{QueueConfig, QueueStats};
 
@@ -81,12 +81,11 @@ impl Store {
                 .fetch_all(&self.pool)
             })
         };
-        let rows: Vec<Json<QueueStats>> = match read().await {
-            // The queue's own read found it gone after the listing saw it (PV404).
-            Err(error) if is_not_found(&error) => read().await,
+        let rows: Vec<Json<QueueStats>> = match read().await.map_err(map_db_error) {
+            // The queue's own read found it gone after the listing saw it.
+            Err(error) if error.kind == ErrorKind::NotFound => read().await.map_err(map_db_error),
             other => other,
-        }
-        .map_err(map_db_error)?;
+        }?;
         Ok(rows.into_iter().map(|Json(stats)| stats).collect())
     }
 
@@ -165,9 +164,4 @@ impl Store {
         .await
         .map_err(map_db_error)
     }
-}
-
-/// Whether PostgreSQL raised pgvs3's "not found" (PV404).
-fn is_not_found(error: &sqlx::Error) -> bool {
-    matches!(error, sqlx::Error::Database(db) if db.code().as_deref() == Some("PV404"))
 }

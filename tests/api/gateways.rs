@@ -920,19 +920,7 @@ async fn reads_waiting_on_a_dropping_queue_answer_after_it() {
     let q = "dropping-reads";
     let id = http.enqueue(q, "drop.read").await;
 
-    let mut held = db(&app.database_url).await;
-    let mut tx = held.begin().await.expect("begin");
-    let dropped: bool = sqlx::query_scalar("SELECT s3p.drop_queue($1)")
-        .bind(q)
-        .fetch_one(&mut *tx)
-        .await
-        .expect("drop the queue");
-    assert!(dropped);
-    let commit = async {
-        // Every request is waiting on the drop's locks by then.
-        tokio::time::sleep(Duration::from_millis(700)).await;
-        tx.commit().await.expect("commit the drop");
-    };
+    let commit = common::db::hold_drop(&app.database_url, q).await;
     let paths = [
         format!("/ojs/v1/jobs/{id}"),
         format!("/ojs/v1/queues/{q}/stats"),

@@ -594,19 +594,7 @@ async fn receive_and_ack_waiting_on_a_dropping_queue_answer_404() {
     let batch = api.receive(q, "c", 100).await;
     let id = batch_id(&batch).expect("batch");
 
-    let mut held = db(&app).await;
-    let mut tx = held.begin().await.expect("begin");
-    let dropped: bool = sqlx::query_scalar("SELECT s3p.drop_queue($1)")
-        .bind(q)
-        .fetch_one(&mut *tx)
-        .await
-        .expect("drop the queue");
-    assert!(dropped);
-    let commit = async {
-        // Both requests are waiting on the drop's locks by then.
-        tokio::time::sleep(Duration::from_millis(700)).await;
-        tx.commit().await.expect("commit the drop");
-    };
+    let commit = common::db::hold_drop(&app.database_url, q).await;
     let ((received, receive_body), (acked, ack_body), ()) = tokio::join!(
         api.receive_raw(q, json!({"consumer": "c", "max": 100})),
         api.ack_raw(json!({"queue": q, "batch_id": id, "consumer": "c"})),
@@ -631,19 +619,7 @@ async fn stream_routes_waiting_on_a_dropping_queue_answer_after_it() {
     let batch = api.receive(q, "c", 100).await;
     let id = batch_id(&batch).expect("batch");
 
-    let mut held = db(&app).await;
-    let mut tx = held.begin().await.expect("begin");
-    let dropped: bool = sqlx::query_scalar("SELECT s3p.drop_queue($1)")
-        .bind(q)
-        .fetch_one(&mut *tx)
-        .await
-        .expect("drop the queue");
-    assert!(dropped);
-    let commit = async {
-        // Every request is waiting on the drop's locks by then.
-        tokio::time::sleep(Duration::from_millis(700)).await;
-        tx.commit().await.expect("commit the drop");
-    };
+    let commit = common::db::hold_drop(&app.database_url, q).await;
     let paths = [
         format!("/ojs/v1/queues/{q}/info"),
         format!("/ojs/v1/queues/{q}/consumers"),

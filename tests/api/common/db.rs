@@ -212,3 +212,28 @@ pub async fn reading_the_event_log_at_once() -> tokio::sync::RwLockReadGuard<'st
 pub async fn many_databases_busy() -> tokio::sync::RwLockWriteGuard<'static, ()> {
     MANY_DATABASES_BUSY.write().await
 }
+
+/// Drops `queue` in a transaction left open on a connection of its own, and answers the future
+/// that commits it 700 ms later: requests sent meanwhile are then waiting on the drop's locks.
+pub async fn hold_drop(database_url: &str, queue: &str) -> impl std::future::Future<Output = ()> {
+    let mut conn = sqlx::PgConnection::connect(database_url)
+        .await
+        .expect("connect to the test database");
+    sqlx::raw_sql("BEGIN")
+        .execute(&mut conn)
+        .await
+        .expect("begin");
+    let dropped: bool = sqlx::query_scalar("SELECT s3p.drop_queue($1)")
+        .bind(queue)
+        .fetch_one(&mut conn)
+        .await
+        .expect("drop the queue");
+    assert!(dropped, "queue {queue} to drop");
+    async move {
+        tokio::time::sleep(std::time::Duration::from_millis(700)).await;
+        sqlx::raw_sql("COMMIT")
+            .execute(&mut conn)
+            .await
+            .expect("commit the drop");
+    }
+}
