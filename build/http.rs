@@ -78,6 +78,8 @@ enum Ty {
     Json,
     /// A JSON object without named properties.
     JsonMap,
+    /// Any JSON value marked `x-raw-json`: passed through as text, never parsed.
+    RawJson,
     Vec(Box<Ty>),
 }
 
@@ -93,6 +95,7 @@ impl Ty {
             Ty::I32 => quote!(i32),
             Ty::I64 => quote!(i64),
             Ty::Json => quote!(serde_json::Value),
+            Ty::RawJson => quote!(crate::model::raw_json::RawJson),
             Ty::JsonMap => quote!(serde_json::Map<String, serde_json::Value>),
             Ty::Vec(item) => {
                 let item = item.tokens(outside_types);
@@ -197,6 +200,7 @@ fn rust_type(schema: &Value) -> BuildResult<Ty> {
         return Ok(Ty::Schema(ident(ref_name(reference), Case::Pascal)?));
     }
     Ok(match schema.get("type").and_then(Value::as_str) {
+        None if schema.get("x-raw-json") == Some(&Value::Bool(true)) => Ty::RawJson,
         None => Ty::Json,
         Some("string") => Ty::String,
         Some("boolean") => Ty::Bool,

@@ -36,6 +36,77 @@ pub fn into_value(value: Value) -> prost_types::Value {
     prost_types::Value { kind: Some(kind) }
 }
 
+/// JSON text → protobuf Value, built straight from the text (no `serde_json::Value` between);
+/// `null` for text that is not JSON, which a `RawJson` never holds.
+pub fn raw_into_value(raw: &crate::model::raw_json::RawJson) -> prost_types::Value {
+    serde_json::from_str::<ProtoValue>(raw.get()).map_or(
+        prost_types::Value {
+            kind: Some(Kind::NullValue(0)),
+        },
+        |v| v.0,
+    )
+}
+
+/// A protobuf Value deserialized from JSON; numbers become doubles, as in [`into_value`].
+struct ProtoValue(prost_types::Value);
+
+impl<'de> serde::Deserialize<'de> for ProtoValue {
+    fn deserialize<D: serde::Deserializer<'de>>(deserializer: D) -> Result<Self, D::Error> {
+        deserializer.deserialize_any(ProtoValueVisitor)
+    }
+}
+
+struct ProtoValueVisitor;
+
+impl ProtoValueVisitor {
+    fn of(kind: Kind) -> ProtoValue {
+        ProtoValue(prost_types::Value { kind: Some(kind) })
+    }
+}
+
+impl<'de> serde::de::Visitor<'de> for ProtoValueVisitor {
+    type Value = ProtoValue;
+
+    fn expecting(&self, f: &mut std::fmt::Formatter) -> std::fmt::Result {
+        f.write_str("a JSON value")
+    }
+    fn visit_unit<E>(self) -> Result<ProtoValue, E> {
+        Ok(Self::of(Kind::NullValue(0)))
+    }
+    fn visit_bool<E>(self, b: bool) -> Result<ProtoValue, E> {
+        Ok(Self::of(Kind::BoolValue(b)))
+    }
+    fn visit_i64<E>(self, n: i64) -> Result<ProtoValue, E> {
+        Ok(Self::of(Kind::NumberValue(n as f64)))
+    }
+    fn visit_u64<E>(self, n: u64) -> Result<ProtoValue, E> {
+        Ok(Self::of(Kind::NumberValue(n as f64)))
+    }
+    fn visit_f64<E>(self, n: f64) -> Result<ProtoValue, E> {
+        Ok(Self::of(Kind::NumberValue(n)))
+    }
+    fn visit_str<E>(self, s: &str) -> Result<ProtoValue, E> {
+        Ok(Self::of(Kind::StringValue(s.to_string())))
+    }
+    fn visit_string<E>(self, s: String) -> Result<ProtoValue, E> {
+        Ok(Self::of(Kind::StringValue(s)))
+    }
+    fn visit_seq<A: serde::de::SeqAccess<'de>>(self, mut seq: A) -> Result<ProtoValue, A::Error> {
+        let mut values = Vec::with_capacity(seq.size_hint().unwrap_or(0));
+        while let Some(ProtoValue(v)) = seq.next_element()? {
+            values.push(v);
+        }
+        Ok(Self::of(Kind::ListValue(prost_types::ListValue { values })))
+    }
+    fn visit_map<A: serde::de::MapAccess<'de>>(self, mut map: A) -> Result<ProtoValue, A::Error> {
+        let mut fields = std::collections::BTreeMap::new();
+        while let Some((key, ProtoValue(v))) = map.next_entry::<String, ProtoValue>()? {
+            fields.insert(key, v);
+        }
+        Ok(Self::of(Kind::StructValue(prost_types::Struct { fields })))
+    }
+}
+
 /// JSON object → protobuf Struct.
 pub fn to_struct(map: &Map<String, Value>) -> prost_types::Struct {
     prost_types::Struct {
@@ -500,5 +571,28 @@ pub fn ack_job(r: pb::AckRequest) -> crate::core::AckJob {
         job_id: r.job_id,
         lease_token: (!r.lease_token.is_empty()).then_some(r.lease_token),
         result,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// A payload read as text converts to the protobuf value its parsed form converts to.
+    #[test]
+    fn raw_json_converts_like_its_parsed_value() {
+        for text in [
+            r#"{"n": 4000, "body": "bench payload"}"#,
+            r#"[1, -2, 3.5, 1e300, 18446744073709551615, true, false, null, "é\u0001\"", {"a": []}]"#,
+            r#""text""#,
+            "null",
+            "-0.0",
+        ] {
+            let raw = crate::model::raw_json::RawJson::from(
+                serde_json::value::RawValue::from_string(text.to_string()).expect("JSON"),
+            );
+            let parsed: Value = serde_json::from_str(text).expect("JSON");
+            assert_eq!(raw_into_value(&raw), into_value(parsed), "{text}");
+        }
     }
 }

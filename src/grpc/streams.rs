@@ -9,7 +9,7 @@ use futures_util::{Stream, StreamExt};
 use serde_json::{Map, Value};
 use tonic::{Request, Response, Status};
 
-use super::convert::{created_at, from_value, into_value, to_struct, to_value};
+use super::convert::{created_at, from_value, raw_into_value, to_struct, to_value};
 use super::proto::pgvs3::v1 as pb;
 use super::proto::pgvs3::v1::stream_service_server::StreamService;
 use super::push;
@@ -79,7 +79,7 @@ fn event(e: StreamEvent) -> pb::Event {
         id: e.id.to_string(),
         seq: e.seq,
         r#type: e.message_type,
-        payload: Some(into_value(e.payload)),
+        payload: Some(raw_into_value(&e.payload)),
         headers: headers(e.headers.as_ref()),
         retry_count: e.retry_count,
         created_at: Some(created_at(&e.created_at)),

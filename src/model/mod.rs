@@ -9,6 +9,7 @@ pub mod error;
 pub mod events;
 pub mod job;
 pub mod queue;
+pub mod raw_json;
 pub mod stream;
 pub mod time;
 pub mod workflow;

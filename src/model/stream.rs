@@ -54,8 +54,8 @@ pub struct StreamEvent {
     pub seq: i64,
     /// Message type.
     pub message_type: String,
-    /// Payload.
-    pub payload: Value,
+    /// Payload, as PostgreSQL prints it (passed into answers unparsed).
+    pub payload: super::raw_json::RawJson,
     /// Headers.
     pub headers: Option<Value>,
     /// Times it was retried.

@@ -4,6 +4,7 @@
 use std::sync::Arc;
 
 use chrono::{DateTime, Utc};
+use serde_json::value::RawValue;
 use serde_json::{Map, Value};
 use sqlx::postgres::PgRow;
 use sqlx::types::Json;
@@ -60,8 +61,9 @@ fn batch(rows: &[PgRow]) -> Result<Option<Batch>, sqlx::Error> {
             seq,
             message_type,
             payload: row
-                .try_get::<Option<Value>, _>(payload)?
-                .unwrap_or(Value::Null),
+                .try_get::<Option<Json<Box<RawValue>>>, _>(payload)?
+                .map(|Json(raw)| raw.into())
+                .unwrap_or_default(),
             headers: row
                 .try_get::<Option<Value>, _>(headers)?
                 .filter(|h| !h.is_null()),
