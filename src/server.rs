@@ -138,6 +138,9 @@ async fn serve(
     let stopped = async move {
         let _ = stop.wait_for(|s| *s).await;
     };
+    // Routes become services once here: serving the router itself would clone every route for
+    // each new connection (a connection per request costs a client without keep-alive that).
+    let app = app.with_state(()).into_make_service();
     match tls {
         None => tasks.spawn(async move {
             axum::serve(listener.tap_io(no_delay), app)
