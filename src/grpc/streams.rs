@@ -40,7 +40,7 @@ fn message(m: pb::Message, trace: Option<TraceContext>) -> NewMessage {
     NewMessage {
         id: (!m.id.is_empty()).then_some(m.id),
         message_type: m.r#type,
-        payload: m.payload.map_or(Value::Null, from_value),
+        payload: (&m.payload.map_or(Value::Null, from_value)).into(),
         headers: (!m.headers.is_empty()).then(|| {
             m.headers
                 .into_iter()

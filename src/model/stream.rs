@@ -14,8 +14,8 @@ pub struct NewMessage {
     pub id: Option<String>,
     /// Message type.
     pub message_type: String,
-    /// JSON payload.
-    pub payload: Value,
+    /// JSON payload, as the producer sent it (stored without being parsed into a value here).
+    pub payload: super::raw_json::RawJson,
     /// String headers.
     pub headers: Option<Map<String, Value>>,
     /// The producer's W3C trace context, stored in the headers.
@@ -31,7 +31,7 @@ pub struct MessageRow<'a> {
     /// Message type.
     pub message_type: &'a str,
     /// JSON payload.
-    pub payload: &'a Value,
+    pub payload: &'a super::raw_json::RawJson,
     /// String headers with the producer's trace context; none when the message has none.
     pub headers: Option<Map<String, Value>>,
 }

@@ -14,6 +14,7 @@ use uuid::Uuid;
 use super::routes::is_stale;
 use super::{Store, map_db_error};
 use crate::model::error::CoreError;
+use crate::model::raw_json::RawJson;
 use crate::model::stream::{
     ActiveBatch, Appended, Batch, ConsumerInfo, MessageRow, StreamConfig, StreamConfigChanges,
     StreamDeadLetter, StreamEvent, StreamInfo, StreamNackOutcome, Subscription,
@@ -130,7 +131,7 @@ impl Store {
     ) -> Result<Vec<Appended>, CoreError> {
         let ids: Vec<Uuid> = messages.iter().map(|m| m.id).collect();
         let types: Vec<&str> = messages.iter().map(|m| m.message_type).collect();
-        let payloads: Vec<Json<&Value>> = messages.iter().map(|m| Json(m.payload)).collect();
+        let payloads: Vec<Json<&RawJson>> = messages.iter().map(|m| Json(m.payload)).collect();
         // Headers are rare: a NULL array when no message has any (unnest pads it).
         let headers: Vec<Option<Json<&Map<String, Value>>>> = messages
             .iter()

@@ -1090,6 +1090,59 @@ async fn durations_and_times_past_their_bounds_are_refused_over_both_protocols()
     .expect_error(400, "invalid_request")
     .clone();
     assert_eq!(error["details"]["field"], "reason", "{error}");
+    // A payload is stored as the text sent: a NUL (escaped, in a value or a key) is refused
+    // whole, while the six characters `\u0000` after an escaped backslash are not a NUL.
+    for payload in [
+        json!({"text": "a\u{0}b"}),
+        json!([{"nested": ["\u{0}"]}]),
+        json!({"k\u{0}ey": 1}),
+    ] {
+        let error = post_json(
+            &app,
+            &format!("/ojs/v1/queues/{q}/messages/batch"),
+            &json!({"messages": [{"type": "bound.event", "payload": {}},
+                                 {"type": "bound.event", "payload": payload}]}),
+        )
+        .await
+        .expect_error(400, "invalid_request")
+        .clone();
+        assert_eq!(error["details"]["field"], "payload", "{error}");
+    }
+    let stored = post_raw(
+        &app,
+        &format!("/ojs/v1/queues/{q}/messages"),
+        "application/json",
+        r#"{"type": "bound.event", "payload": {"text": "a\\u0000b"}}"#.to_string(),
+    )
+    .await
+    .expect_ok(201)
+    .clone();
+    let info = post_json(
+        &app,
+        &format!("/ojs/v1/queues/{q}/consumers"),
+        &json!({"consumer": "nul_reader", "from_tick": 0}),
+    )
+    .await
+    .expect_ok(201)
+    .clone();
+    assert!(info.is_object(), "{info}");
+    let texts = post_json(
+        &app,
+        &format!("/ojs/v1/queues/{q}/receive"),
+        &json!({"consumer": "nul_reader", "max": 100}),
+    )
+    .await
+    .expect_ok(200)
+    .clone();
+    let events = texts["events"].as_array().expect("events");
+    // Only the two accepted messages: the refused batches stored nothing.
+    assert_eq!(events.len(), 2, "{texts}");
+    assert_eq!(events[1]["id"], stored["id"], "{texts} {stored}");
+    assert_eq!(
+        events[1]["payload"],
+        json!({"text": "a\\u0000b"}),
+        "{texts}"
+    );
     let error = request(
         &app,
         Method::DELETE,
