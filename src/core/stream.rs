@@ -93,10 +93,7 @@ fn message_row(message: &NewMessage) -> Result<MessageRow<'_>, CoreError> {
         Some(id) => parse_uuid("id", id)?,
         None => Uuid::now_v7(),
     };
-    // Valid JSON text holds a NUL only as the escape `\u0000`, which PostgreSQL's jsonb refuses.
-    if message.payload.get().contains("\\u0000") {
-        super::validate::check_no_nul("payload", &message.payload.to_value())?;
-    }
+    super::validate::check_json_text("payload", message.payload.get())?;
     let mut headers = message.headers.clone();
     if let Some(trace) = &message.trace_context {
         let target = headers.get_or_insert_with(Map::new);

@@ -75,6 +75,24 @@ fn batch(rows: &[PgRow]) -> Result<Option<Batch>, sqlx::Error> {
     Ok(Some(out))
 }
 
+/// An append's error: a payload the core passed that jsonb still cannot hold (a number past
+/// numeric's exponent range, nesting past PostgreSQL's stack) is the caller's 400, not a 500.
+fn append_error(error: sqlx::Error) -> CoreError {
+    let refused = error
+        .as_database_error()
+        .and_then(|db| db.code())
+        .is_some_and(|code| code.starts_with("22") || code == "54001");
+    if refused {
+        let reason = error
+            .as_database_error()
+            .map(|db| db.message().to_string())
+            .unwrap_or_default();
+        return CoreError::invalid(format!("payload cannot be stored as jsonb: {reason}"))
+            .with_detail("field", "payload".into());
+    }
+    map_db_error(error)
+}
+
 /// A receive's error: a 413 carries the next tick's events and bytes (the DETAIL of PV413) as
 /// `next_tick_events` and `next_tick_bytes`, the ceilings a retry needs.
 fn receive_error(error: sqlx::Error) -> CoreError {
@@ -151,7 +169,7 @@ impl Store {
                 .fetch_all(self.pool())
             })
             .await
-            .map_err(map_db_error)?;
+            .map_err(append_error)?;
         // New events wait for a tick (and a rotation, later).
         self.mark_due(queue, chrono::Utc::now());
         Ok(rows

@@ -1108,6 +1108,33 @@ async fn durations_and_times_past_their_bounds_are_refused_over_both_protocols()
         .clone();
         assert_eq!(error["details"]["field"], "payload", "{error}");
     }
+    // Text the server does not parse is checked as a parse would: a NUL hidden by a duplicate
+    // key, a lone surrogate, a number past a double or past jsonb's exponents, nesting too deep.
+    let deep = format!("{}1{}", "[".repeat(200), "]".repeat(200));
+    for payload in [
+        r#"{"a": "\u0000", "a": 1}"#,
+        r#"{"a": {"k\u0000": 1}, "a": 1}"#,
+        r#""\ud800""#,
+        r#"{"\udc00": 1}"#,
+        "1e400",
+        "1e-16384",
+        deep.as_str(),
+    ] {
+        let body = format!(
+            r#"{{"messages": [{{"type": "bound.event", "payload": 1}},
+                              {{"type": "bound.event", "payload": {payload}}}]}}"#
+        );
+        let error = post_raw(
+            &app,
+            &format!("/ojs/v1/queues/{q}/messages/batch"),
+            "application/json",
+            body,
+        )
+        .await
+        .expect_error(400, "invalid_request")
+        .clone();
+        assert_eq!(error["details"]["field"], "payload", "{payload}: {error}");
+    }
     let stored = post_raw(
         &app,
         &format!("/ojs/v1/queues/{q}/messages"),
