@@ -27,32 +27,16 @@ LANGUAGE sql VOLATILE AS $$
         'hex')::uuid
 $$;
 
--- Appends messages given column by column (element k of every array is message k; a NULL id
--- becomes a UUIDv7, a NULL array means NULL for every message), in the order given; creates the
--- queue on first use. Every append ends here.
+-- Appends messages given column by column through the queue's own stream_insert (which holds
+-- the rules); creates the queue on first use.
 CREATE OR REPLACE FUNCTION s3p.stream_append_columns(queue text, ids uuid[], types text[],
                                                      payloads jsonb[], headers jsonb[])
 RETURNS TABLE (event_id uuid, seq bigint)
 LANGUAGE plpgsql AS $$
-DECLARE
-    queue_schema text := s3p.ensure_queue_schema(queue);
-    quota bigint;
-    present bigint;
 BEGIN
-    SELECT (q.settings->>'max_stream_events')::bigint INTO quota FROM s3p.queues q WHERE q.name = queue;
-    IF quota IS NOT NULL THEN
-        -- One quota-checked writer at a time until commit, so the count is exact (see check_job_quota).
-        PERFORM pg_advisory_xact_lock(hashtext('s3p.quota.stream:' || queue));
-        EXECUTE format('SELECT count(*) FROM %I.stream_events', queue_schema) INTO present;
-        IF present + coalesce(cardinality(types), 0) > quota THEN
-            RAISE EXCEPTION 'quota max_stream_events (%) of queue % reached: % events are retained',
-                quota, queue, present
-                USING ERRCODE = 'PV429', DETAIL = 'max_stream_events';
-        END IF;
-    END IF;
-    RETURN QUERY EXECUTE format('SELECT * FROM %I.stream_insert($1, $2, $3, $4)', queue_schema)
-        USING ids, types, payloads, headers;
-    PERFORM pg_notify('s3p_streams', queue);
+    RETURN QUERY EXECUTE format('SELECT * FROM %I.stream_insert($1, $2, $3, $4, $5)',
+                                s3p.ensure_queue_schema(queue))
+        USING queue, ids, types, payloads, headers;
 END
 $$;
 

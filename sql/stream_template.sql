@@ -191,16 +191,33 @@ LANGUAGE sql STABLE AS $fn$
        AND (e.target IS NULL OR e.target = consumer)
 $fn$;
 
--- Appends messages given column by column (see s3p.stream_append_columns) to the current
--- segment, in the order given.
+-- Appends messages given column by column (element k of every array is message k; a NULL id
+-- becomes a UUIDv7, a NULL array means NULL for every message) to the current segment of the
+-- queue named `queue_name` (this schema's), in the order given, within its `max_stream_events`
+-- quota, and wakes its long-polling receivers. Every append ends here: gateways that know the
+-- schema call it directly, the rest through s3p.stream_append_columns.
 DROP FUNCTION IF EXISTS __SCHEMA__.stream_append(jsonb);
-CREATE OR REPLACE FUNCTION __SCHEMA__.stream_insert(ids uuid[], types text[], payloads jsonb[],
-                                                    headers jsonb[])
+DROP FUNCTION IF EXISTS __SCHEMA__.stream_insert(uuid[], text[], jsonb[], jsonb[]);
+CREATE OR REPLACE FUNCTION __SCHEMA__.stream_insert(queue_name text, ids uuid[], types text[],
+                                                    payloads jsonb[], headers jsonb[])
 RETURNS TABLE (event_id uuid, seq bigint)
 LANGUAGE plpgsql AS $fn$
 DECLARE
     segment_now int;
+    quota bigint;
+    present bigint;
 BEGIN
+    SELECT (q.settings->>'max_stream_events')::bigint INTO quota FROM s3p.queues q WHERE q.name = queue_name;
+    IF quota IS NOT NULL THEN
+        -- One quota-checked writer at a time until commit, so the count is exact (see check_job_quota).
+        PERFORM pg_advisory_xact_lock(hashtext('s3p.quota.stream:' || queue_name));
+        SELECT count(*) INTO present FROM __SCHEMA__.stream_events;
+        IF present + coalesce(cardinality(types), 0) > quota THEN
+            RAISE EXCEPTION 'quota max_stream_events (%) of queue % reached: % events are retained',
+                quota, queue_name, present
+                USING ERRCODE = 'PV429', DETAIL = 'max_stream_events';
+        END IF;
+    END IF;
     PERFORM __SCHEMA__.stream_lock(false);
     SELECT current_segment INTO segment_now FROM __SCHEMA__.stream_config;
     RETURN QUERY
@@ -209,6 +226,7 @@ BEGIN
       FROM unnest(ids, types, payloads, headers) WITH ORDINALITY AS u(id, type, payload, header, n)
      ORDER BY u.n
     RETURNING e.event_id, e.seq;
+    PERFORM pg_notify('s3p_streams', queue_name);
 END
 $fn$;
 

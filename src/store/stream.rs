@@ -140,7 +140,8 @@ struct DeadLetterRow {
 }
 
 impl Store {
-    /// `s3p.stream_append`, the messages as column arrays (no JSON document to parse).
+    /// The queue's `stream_insert` (see `routed`), the messages as column arrays (no JSON
+    /// document to parse).
     #[tracing::instrument(name = "db", skip_all, fields(op = "stream_append"))]
     pub async fn stream_append(
         &self,
@@ -156,20 +157,30 @@ impl Store {
             .map(|m| m.headers.as_ref().map(Json))
             .collect();
         let headers = headers.iter().any(Option::is_some).then_some(headers);
-        let rows: Vec<(Uuid, i64)> = self
-            .retry_conflicts(|| {
-                sqlx::query_as(
-                    "SELECT event_id, seq FROM s3p.stream_append_columns($1, $2, $3, $4, $5)",
-                )
-                .bind(queue)
-                .bind(&ids)
-                .bind(&types)
-                .bind(&payloads)
-                .bind(&headers)
-                .fetch_all(self.pool())
+        let (ids, types, payloads, headers) = (&ids, &types, &payloads, &headers);
+        let rows: Result<Vec<(Uuid, i64)>, sqlx::Error> = self
+            .routed(queue, |schema| {
+                let sql = match &schema {
+                    Some(schema) => format!(
+                        "SELECT event_id, seq FROM {schema}.stream_insert($1, $2, $3, $4, $5)"
+                    ),
+                    None => {
+                        "SELECT event_id, seq FROM s3p.stream_append_columns($1, $2, $3, $4, $5)"
+                            .into()
+                    }
+                };
+                self.retry_conflicts(move || {
+                    sqlx::query_as(AssertSqlSafe(sql.clone()))
+                        .bind(queue)
+                        .bind(ids)
+                        .bind(types)
+                        .bind(payloads)
+                        .bind(headers)
+                        .fetch_all(self.pool())
+                })
             })
-            .await
-            .map_err(append_error)?;
+            .await?;
+        let rows = rows.map_err(append_error)?;
         // New events wait for a tick (and a rotation, later).
         self.mark_due(queue, chrono::Utc::now());
         Ok(rows
