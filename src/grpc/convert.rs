@@ -47,6 +47,46 @@ pub fn raw_into_value(raw: &crate::model::raw_json::RawJson) -> prost_types::Val
     )
 }
 
+/// Protobuf Value → JSON text, written straight from the value (no `serde_json::Value` between),
+/// with the numbers of [`from_value`].
+pub fn value_into_raw(value: &prost_types::Value) -> crate::model::raw_json::RawJson {
+    serde_json::value::to_raw_value(&ProtoJson(value))
+        .map(Into::into)
+        .unwrap_or_default()
+}
+
+/// A protobuf Value serialized as JSON.
+struct ProtoJson<'a>(&'a prost_types::Value);
+
+impl serde::Serialize for ProtoJson<'_> {
+    fn serialize<S: serde::Serializer>(&self, serializer: S) -> Result<S::Ok, S::Error> {
+        match &self.0.kind {
+            None | Some(Kind::NullValue(_)) => serializer.serialize_unit(),
+            Some(Kind::BoolValue(b)) => serializer.serialize_bool(*b),
+            Some(Kind::NumberValue(n)) => match json_number(*n) {
+                Some(n) => n.serialize(serializer),
+                None => serializer.serialize_unit(),
+            },
+            Some(Kind::StringValue(s)) => serializer.serialize_str(s),
+            Some(Kind::ListValue(list)) => {
+                serializer.collect_seq(list.values.iter().map(ProtoJson))
+            }
+            Some(Kind::StructValue(s)) => {
+                serializer.collect_map(s.fields.iter().map(|(k, v)| (k, ProtoJson(v))))
+            }
+        }
+    }
+}
+
+/// A protobuf number as JSON: integral ones within 9e15 as integers, NaN and infinities as none.
+fn json_number(n: f64) -> Option<Number> {
+    if n.fract() == 0.0 && n.abs() < 9.0e15 {
+        Some(Number::from(n as i64))
+    } else {
+        Number::from_f64(n)
+    }
+}
+
 /// A protobuf Value deserialized from JSON; numbers become doubles, as in [`into_value`].
 struct ProtoValue(prost_types::Value);
 
@@ -122,13 +162,7 @@ pub fn from_value(value: prost_types::Value) -> Value {
     match value.kind {
         None | Some(Kind::NullValue(_)) => Value::Null,
         Some(Kind::BoolValue(b)) => Value::Bool(b),
-        Some(Kind::NumberValue(n)) => {
-            if n.fract() == 0.0 && n.abs() < 9.0e15 {
-                Value::Number(Number::from(n as i64))
-            } else {
-                Number::from_f64(n).map_or(Value::Null, Value::Number)
-            }
-        }
+        Some(Kind::NumberValue(n)) => json_number(n).map_or(Value::Null, Value::Number),
         Some(Kind::StringValue(s)) => Value::String(s),
         Some(Kind::ListValue(list)) => {
             Value::Array(list.values.into_iter().map(from_value).collect())
@@ -593,6 +627,38 @@ mod tests {
             );
             let parsed: Value = serde_json::from_str(text).expect("JSON");
             assert_eq!(raw_into_value(&raw), into_value(parsed), "{text}");
+        }
+    }
+
+    /// A protobuf payload written as text is the text of its converted JSON value.
+    #[test]
+    fn protobuf_value_writes_like_its_converted_json() {
+        let number = |n: f64| prost_types::Value {
+            kind: Some(Kind::NumberValue(n)),
+        };
+        let mut values: Vec<prost_types::Value> = [
+            0.0,
+            -0.0,
+            1.5,
+            -42.0,
+            8.9e15,
+            9.1e15,
+            1e300,
+            f64::NAN,
+            f64::INFINITY,
+        ]
+        .into_iter()
+        .map(number)
+        .collect();
+        values.push(into_value(json!({
+            "n": 4000, "body": "bench \"payload\"\u{1}é", "list": [true, null, {"a": []}, "x"],
+            "empty": {}
+        })));
+        values.push(prost_types::Value { kind: None });
+        for value in values {
+            let written = value_into_raw(&value);
+            let converted = crate::model::raw_json::RawJson::from(&from_value(value.clone()));
+            assert_eq!(written.get(), converted.get(), "{value:?}");
         }
     }
 }

@@ -9,7 +9,7 @@ use futures_util::{Stream, StreamExt};
 use serde_json::{Map, Value};
 use tonic::{Request, Response, Status};
 
-use super::convert::{created_at, from_value, raw_into_value, to_struct, to_value};
+use super::convert::{created_at, raw_into_value, to_struct, to_value, value_into_raw};
 use super::proto::pgvs3::v1 as pb;
 use super::proto::pgvs3::v1::stream_service_server::StreamService;
 use super::push;
@@ -40,7 +40,7 @@ fn message(m: pb::Message, trace: Option<TraceContext>) -> NewMessage {
     NewMessage {
         id: (!m.id.is_empty()).then_some(m.id),
         message_type: m.r#type,
-        payload: (&m.payload.map_or(Value::Null, from_value)).into(),
+        payload: m.payload.as_ref().map(value_into_raw).unwrap_or_default(),
         headers: (!m.headers.is_empty()).then(|| {
             m.headers
                 .into_iter()
