@@ -9,7 +9,7 @@ use futures_util::{Stream, StreamExt};
 use serde_json::{Map, Value};
 use tonic::{Request, Response, Status};
 
-use super::convert::{created_at, raw_into_value, to_struct, to_value, value_into_raw};
+use super::convert::{created_at, raw_into_value, to_struct, value_into_raw};
 use super::proto::pgvs3::v1 as pb;
 use super::proto::pgvs3::v1::stream_service_server::StreamService;
 use super::push;
@@ -132,7 +132,7 @@ fn dead_letter(d: &StreamDeadLetter) -> pb::DeadLetter {
         message_id: d.event_id.to_string(),
         consumer: d.consumer.clone(),
         r#type: d.message_type.clone(),
-        payload: Some(to_value(&d.payload)),
+        payload: Some(raw_into_value(&d.payload)),
         headers: headers(d.headers.as_ref()),
         retry_count: d.retry_count,
         reason: d.reason.clone(),

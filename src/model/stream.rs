@@ -183,8 +183,8 @@ pub struct StreamDeadLetter {
     pub consumer: String,
     /// Message type.
     pub message_type: String,
-    /// Payload.
-    pub payload: Value,
+    /// Payload, as PostgreSQL prints it.
+    pub payload: super::raw_json::RawJson,
     /// Headers.
     pub headers: Option<Value>,
     /// Retries it had.

@@ -131,7 +131,7 @@ struct DeadLetterRow {
     consumer: String,
     #[sqlx(rename = "type")]
     message_type: String,
-    payload: Value,
+    payload: Json<Box<RawValue>>,
     headers: Option<Value>,
     retry_count: i32,
     reason: Option<String>,
@@ -510,7 +510,7 @@ impl Store {
                 event_id: r.event_id,
                 consumer: r.consumer,
                 message_type: r.message_type,
-                payload: r.payload,
+                payload: r.payload.0.into(),
                 headers: r.headers.filter(|h| !h.is_null()),
                 retry_count: r.retry_count,
                 reason: r.reason,

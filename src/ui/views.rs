@@ -164,7 +164,7 @@ pub fn stream_dead_letter(d: &StreamDeadLetter) -> Value {
         "event_id": d.event_id.to_string(),
         "consumer": d.consumer,
         "type": d.message_type,
-        "payload": d.payload.to_string(),
+        "payload": d.payload.get(),
         "retry_count": d.retry_count,
         "reason": d.reason,
         "failed_at": time(&d.failed_at),

@@ -1197,6 +1197,44 @@ async fn dead_letter_pages_stop_at_sixteen_mib() {
     assert!(page.get("next_offset").is_none_or(Value::is_null), "{page}");
 }
 
+/// A dead letter's payload is answered as stored, like a received one: an integer past 2^53 keeps
+/// every digit, and a number past a double's range (written by SQL; the API refuses it) does not
+/// turn the page into a 500.
+#[tokio::test]
+async fn dead_letter_payloads_are_answered_as_stored() {
+    let app = spawn_quiet().await;
+    let api = Api::new(&app);
+    let q = "exactdead";
+    api.subscribe(q, "c", None, false).await;
+    let mut conn = db(&app).await;
+    let schema = queue_schema(&mut conn, q).await;
+    sqlx::query(sqlx::AssertSqlSafe(format!(
+        "INSERT INTO {schema}.stream_dead_letters (id, event_id, consumer, type, payload, retry_count, reason, failed_at)
+         VALUES (gen_random_uuid(), gen_random_uuid(), 'c', 'exact', '{{\"n\": 123456789012345678901234567890}}', 1, 'test', now()),
+                (gen_random_uuid(), gen_random_uuid(), 'c', 'huge', '{{\"n\": 1e400}}', 1, 'test', now() + interval '1 ms')"
+    )))
+    .execute(&mut conn)
+    .await
+    .expect("dead letters");
+    let answer = api
+        .client
+        .get(format!("{}/ojs/v1/queues/{q}/dlq", api.base))
+        .send()
+        .await
+        .expect("dlq");
+    assert_eq!(answer.status(), StatusCode::OK);
+    // Read as text: a double-based parser would round the first and refuse the second.
+    let text = answer.text().await.expect("body");
+    assert!(
+        text.contains(r#""n": 123456789012345678901234567890}"#),
+        "{text}"
+    );
+    assert!(
+        text.contains(r#""n": 1"#) && text.contains(r#""type":"huge""#),
+        "{text}"
+    );
+}
+
 // ---------------------------------------------------------------------------------------------
 // Mixed batch: nack one, ack the rest
 
