@@ -1448,3 +1448,52 @@ async fn a_stalled_body_gets_408() {
     assert!(answer.contains("invalid_request"), "{answer}");
     assert_nothing_ready(&app, "default").await;
 }
+
+/// A gRPC message over the server's message limit (`--max-body-bytes`, 1 MiB here) is refused by
+/// tonic with OUT_OF_RANGE (as the README says) before any handler runs: nothing is stored.
+#[tokio::test]
+async fn a_grpc_message_over_the_limit_is_out_of_range_and_stores_nothing() {
+    use pgvs3::grpc::proto::pgvs3::v1 as s3;
+    use sqlx::Connection;
+    let app = common::spawn_app().await;
+    let q = "grpcbig";
+    let mut streams = common::grpc::streams(&app.grpc_url).await;
+    let message = |text: String| s3::Message {
+        r#type: "big".into(),
+        payload: Some(prost_types::Value {
+            kind: Some(prost_types::value::Kind::StringValue(text)),
+        }),
+        ..Default::default()
+    };
+    streams
+        .append(s3::AppendRequest {
+            queue: q.into(),
+            messages: vec![message("small".into())],
+        })
+        .await
+        .expect("a small append");
+    let status = streams
+        .append(s3::AppendRequest {
+            queue: q.into(),
+            messages: vec![message("x".repeat(1_100_000))],
+        })
+        .await
+        .expect_err("a message over 1 MiB is refused");
+    assert_eq!(status.code(), Code::OutOfRange, "{status:?}");
+    let mut db = sqlx::PgConnection::connect(&app.database_url)
+        .await
+        .expect("connect");
+    let schema: String =
+        sqlx::query_scalar("SELECT quote_ident(schema_name) FROM s3p.queues WHERE name = $1")
+            .bind(q)
+            .fetch_one(&mut db)
+            .await
+            .expect("the queue");
+    let stored: i64 = sqlx::query_scalar(sqlx::AssertSqlSafe(format!(
+        "SELECT count(*) FROM {schema}.stream_events"
+    )))
+    .fetch_one(&mut db)
+    .await
+    .expect("count");
+    assert_eq!(stored, 1);
+}
