@@ -97,9 +97,10 @@ impl Routes {
 pub fn is_stale(error: &sqlx::Error) -> bool {
     match error {
         sqlx::Error::Database(db) => match db.code().as_deref() {
-            // invalid_schema_name, undefined_function, undefined_table,
-            // feature_not_supported ("cached plan must not change result type")
-            Some("3F000" | "42883" | "42P01" | "0A000") => true,
+            // invalid_schema_name, undefined_function, undefined_table, undefined_object (a
+            // function's row type gone with its schema), feature_not_supported ("cached plan
+            // must not change result type")
+            Some("3F000" | "42883" | "42P01" | "42704" | "0A000") => true,
             // A statement that waited on a dropping queue's lock finds its tables gone by OID:
             // an internal error with no SQLSTATE of its own.
             Some("XX000") => {
