@@ -249,7 +249,7 @@ LANGUAGE plpgsql AS $$
 DECLARE
     replayed int;
 BEGIN
-    EXECUTE format('SELECT %I.stream_replay($1)', s3p.existing_queue_schema(queue)) INTO replayed USING id;
+    EXECUTE format('SELECT %I.stream_replay($1, $2)', s3p.existing_queue_schema(queue)) INTO replayed USING queue, id;
     IF replayed > 0 THEN
         PERFORM pg_notify('s3p_streams', queue);
     END IF;

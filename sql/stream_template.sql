@@ -191,6 +191,30 @@ LANGUAGE sql STABLE AS $fn$
        AND (e.target IS NULL OR e.target = consumer)
 $fn$;
 
+-- Refuses (PV429) adding `adding` events to the stream of the queue named `queue_name` (this
+-- schema's) when its `max_stream_events` quota would be passed. Every path that adds events at a
+-- client's request (appends, replays) checks here, before the stream lock; retries moved back by
+-- maintenance are messages already accepted and do not.
+CREATE OR REPLACE FUNCTION __SCHEMA__.stream_check_quota(queue_name text, adding bigint) RETURNS void
+LANGUAGE plpgsql AS $fn$
+DECLARE
+    quota bigint;
+    present bigint;
+BEGIN
+    SELECT (q.settings->>'max_stream_events')::bigint INTO quota FROM s3p.queues q WHERE q.name = queue_name;
+    IF quota IS NOT NULL THEN
+        -- One quota-checked writer at a time until commit, so the count is exact (see check_job_quota).
+        PERFORM pg_advisory_xact_lock(hashtext('s3p.quota.stream:' || queue_name));
+        SELECT count(*) INTO present FROM __SCHEMA__.stream_events;
+        IF present + adding > quota THEN
+            RAISE EXCEPTION 'quota max_stream_events (%) of queue % reached: % events are retained',
+                quota, queue_name, present
+                USING ERRCODE = 'PV429', DETAIL = 'max_stream_events';
+        END IF;
+    END IF;
+END
+$fn$;
+
 -- Appends messages given column by column (element k of every array is message k; a NULL id
 -- becomes a UUIDv7, a NULL array means NULL for every message) to the current segment of the
 -- queue named `queue_name` (this schema's), in the order given, within its `max_stream_events`
@@ -204,20 +228,8 @@ RETURNS TABLE (event_id uuid, seq bigint)
 LANGUAGE plpgsql AS $fn$
 DECLARE
     segment_now int;
-    quota bigint;
-    present bigint;
 BEGIN
-    SELECT (q.settings->>'max_stream_events')::bigint INTO quota FROM s3p.queues q WHERE q.name = queue_name;
-    IF quota IS NOT NULL THEN
-        -- One quota-checked writer at a time until commit, so the count is exact (see check_job_quota).
-        PERFORM pg_advisory_xact_lock(hashtext('s3p.quota.stream:' || queue_name));
-        SELECT count(*) INTO present FROM __SCHEMA__.stream_events;
-        IF present + coalesce(cardinality(types), 0) > quota THEN
-            RAISE EXCEPTION 'quota max_stream_events (%) of queue % reached: % events are retained',
-                quota, queue_name, present
-                USING ERRCODE = 'PV429', DETAIL = 'max_stream_events';
-        END IF;
-    END IF;
+    PERFORM __SCHEMA__.stream_check_quota(queue_name, coalesce(cardinality(types), 0));
     PERFORM __SCHEMA__.stream_lock(false);
     SELECT current_segment INTO segment_now FROM __SCHEMA__.stream_config;
     RETURN QUERY
@@ -800,13 +812,18 @@ LANGUAGE sql STABLE AS $fn$
       FROM kept k ORDER BY k.n
 $fn$;
 
--- Replays dead letters (one, or all when `id` is NULL) as fresh events for their consumer.
-CREATE OR REPLACE FUNCTION __SCHEMA__.stream_replay(id uuid) RETURNS int
+-- Replays dead letters (one, or all when `id` is NULL) as fresh events for their consumer, within
+-- the stream's quota (all or nothing).
+DROP FUNCTION IF EXISTS __SCHEMA__.stream_replay(uuid);
+CREATE OR REPLACE FUNCTION __SCHEMA__.stream_replay(queue_name text, id uuid) RETURNS int
 LANGUAGE plpgsql AS $fn$
 DECLARE
     segment_now int;
     replayed int;
 BEGIN
+    PERFORM __SCHEMA__.stream_check_quota(queue_name,
+        (SELECT count(*) FROM __SCHEMA__.stream_dead_letters d
+          WHERE stream_replay.id IS NULL OR d.id = stream_replay.id));
     PERFORM __SCHEMA__.stream_lock(false);
     SELECT current_segment INTO segment_now FROM __SCHEMA__.stream_config;
     WITH gone AS (

@@ -323,3 +323,80 @@ async fn quotas_hold_exactly_under_concurrent_writers() {
         .expect("info json");
     assert_eq!(info["events"], 40, "{info}");
 }
+
+/// A replay of dead letters adds events, so it counts against the stream quota like an append:
+/// over the quota it is refused whole with 429, and the dead letters stay where they were.
+#[tokio::test]
+async fn replaying_dead_letters_counts_against_the_stream_quota() {
+    let app = common::spawn_app().await;
+    let http = reqwest::Client::new();
+    let base = format!("{}/ojs/v1", app.http_url);
+    let (status, body) = post(
+        &http,
+        format!("{base}/queues/replays/consumers"),
+        json!({"consumer": "c"}),
+    )
+    .await;
+    assert!(status == 201 || status == 200, "{body}");
+    let (status, body) = post(
+        &http,
+        format!("{base}/queues/replays/config"),
+        json!({"max_retries": 0, "max_stream_events": 2}),
+    )
+    .await;
+    assert_eq!(status, 200, "{body}");
+    let (status, body) = post(
+        &http,
+        format!("{base}/queues/replays/messages/batch"),
+        json!({"messages": [{"type": "e", "payload": 1}, {"type": "e", "payload": 2}]}),
+    )
+    .await;
+    assert_eq!(status, 201, "{body}");
+    let (status, batch) = post(
+        &http,
+        format!("{base}/queues/replays/receive"),
+        json!({"consumer": "c"}),
+    )
+    .await;
+    assert_eq!(status, 200, "{batch}");
+    let events = batch["events"].as_array().expect("events").clone();
+    assert_eq!(events.len(), 2, "{batch}");
+    for event in &events {
+        let (status, body) = post(
+            &http,
+            format!("{base}/streams/nack"),
+            json!({"queue": "replays", "batch_id": batch["batch_id"], "message_id": event["id"]}),
+        )
+        .await;
+        assert_eq!(status, 200, "{body}");
+    }
+    let (status, body) = post(
+        &http,
+        format!("{base}/queues/replays/dlq/replay"),
+        json!({}),
+    )
+    .await;
+    assert_quota(status, &body, "max_stream_events");
+    let info: Value = http
+        .get(format!("{base}/queues/replays/info"))
+        .send()
+        .await
+        .expect("info")
+        .json()
+        .await
+        .expect("json");
+    assert_eq!(info["events"], 2, "{info}");
+    let dead: Value = http
+        .get(format!("{base}/queues/replays/dlq"))
+        .send()
+        .await
+        .expect("dlq")
+        .json()
+        .await
+        .expect("json");
+    assert_eq!(
+        dead["dead_letters"].as_array().map(Vec::len),
+        Some(2),
+        "{dead}"
+    );
+}
