@@ -8,6 +8,7 @@ pub mod browse;
 pub mod cron;
 pub use crate::model::error;
 pub mod events;
+pub mod json_text;
 pub use crate::model::job;
 pub mod page;
 pub mod push;

@@ -6,7 +6,7 @@ use tokio::time::Instant;
 use uuid::Uuid;
 
 use super::validate::{check_job_type, check_queue_name};
-use super::{CoreError, Service};
+use super::{CoreError, ErrorKind, Service};
 pub use crate::model::stream::*;
 use crate::model::time::parse_flexible_duration_ms;
 
@@ -93,7 +93,7 @@ fn message_row(message: &NewMessage) -> Result<MessageRow<'_>, CoreError> {
         Some(id) => parse_uuid("id", id)?,
         None => Uuid::now_v7(),
     };
-    super::validate::check_json_text("payload", message.payload.get())?;
+    super::json_text::check_json_text("payload", message.payload.get())?;
     let mut headers = message.headers.clone();
     if let Some(trace) = &message.trace_context {
         let target = headers.get_or_insert_with(Map::new);
@@ -117,6 +117,33 @@ fn message_row(message: &NewMessage) -> Result<MessageRow<'_>, CoreError> {
     })
 }
 
+/// Refuses an append whose events could take more than one receive answers: its transaction is
+/// never split across ticks, so no consumer could ever receive it. Counted as PostgreSQL prints
+/// the stored jsonb (`s3p.stream_event_bytes`), which can be far longer than what was sent.
+fn check_receivable(rows: &[MessageRow<'_>]) -> Result<(), CoreError> {
+    let bound: u64 = rows
+        .iter()
+        .map(|row| {
+            let headers = row.headers.as_ref().map_or(0, |h| {
+                super::json_text::jsonb_text_bound(&Value::Object(h.clone()).to_string())
+            });
+            super::json_text::jsonb_text_bound(row.payload.get()) + headers
+        })
+        .sum();
+    if bound > MAX_RESPONSE_BYTES as u64 {
+        return Err(CoreError::new(
+            ErrorKind::PayloadTooLarge,
+            format!(
+                "the messages could take up to {bound} bytes once stored (PostgreSQL prints a \
+                 number written with an exponent in all its digits), more than one receive \
+                 answers ({MAX_RESPONSE_BYTES}): send fewer messages, or numbers without exponents"
+            ),
+        )
+        .with_detail("field", "messages".into()));
+    }
+    Ok(())
+}
+
 impl Service {
     /// Appends messages to a queue's stream; the queue is created on first use.
     pub async fn append(
@@ -135,6 +162,7 @@ impl Service {
             .iter()
             .map(message_row)
             .collect::<Result<Vec<_>, _>>()?;
+        check_receivable(&rows)?;
         self.store.stream_append(queue, &rows).await
     }
 

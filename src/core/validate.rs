@@ -85,79 +85,8 @@ pub fn check_text(field: &str, text: &str) -> Result<(), CoreError> {
     }
 }
 
-/// Checks JSON text kept unparsed (a stream payload) as parsing it into a value would: valid
-/// escapes (no lone surrogate), numbers within a double's range, nesting within serde_json's
-/// limit (128), and no NUL in any string or key, duplicates included. Nothing is built.
-pub fn check_json_text(field: &str, text: &str) -> Result<(), CoreError> {
-    match serde_json::from_str::<StorableJson>(text) {
-        Ok(StorableJson) => Ok(()),
-        Err(e) if e.to_string().starts_with(NUL_FOUND) => Err(nul_error(field)),
-        Err(e) => Err(
-            CoreError::invalid(format!("{field} is not JSON this server stores: {e}"))
-                .with_detail("field", field.into()),
-        ),
-    }
-}
-
-const NUL_FOUND: &str = "NUL character";
-
-/// A JSON value walked for [`check_json_text`].
-struct StorableJson;
-
-impl<'de> serde::Deserialize<'de> for StorableJson {
-    fn deserialize<D: serde::Deserializer<'de>>(deserializer: D) -> Result<Self, D::Error> {
-        deserializer.deserialize_any(StorableJson)
-    }
-}
-
-impl StorableJson {
-    fn text<E: serde::de::Error>(s: &str) -> Result<Self, E> {
-        if s.contains('\0') {
-            Err(E::custom(NUL_FOUND))
-        } else {
-            Ok(StorableJson)
-        }
-    }
-}
-
-impl<'de> serde::de::Visitor<'de> for StorableJson {
-    type Value = StorableJson;
-
-    fn expecting(&self, f: &mut std::fmt::Formatter) -> std::fmt::Result {
-        f.write_str("a JSON value")
-    }
-    fn visit_unit<E>(self) -> Result<Self, E> {
-        Ok(StorableJson)
-    }
-    fn visit_bool<E>(self, _: bool) -> Result<Self, E> {
-        Ok(StorableJson)
-    }
-    fn visit_i64<E>(self, _: i64) -> Result<Self, E> {
-        Ok(StorableJson)
-    }
-    fn visit_u64<E>(self, _: u64) -> Result<Self, E> {
-        Ok(StorableJson)
-    }
-    fn visit_f64<E>(self, _: f64) -> Result<Self, E> {
-        Ok(StorableJson)
-    }
-    fn visit_str<E: serde::de::Error>(self, s: &str) -> Result<Self, E> {
-        Self::text(s)
-    }
-    fn visit_seq<A: serde::de::SeqAccess<'de>>(self, mut seq: A) -> Result<Self, A::Error> {
-        while seq.next_element::<StorableJson>()?.is_some() {}
-        Ok(StorableJson)
-    }
-    fn visit_map<A: serde::de::MapAccess<'de>>(self, mut map: A) -> Result<Self, A::Error> {
-        while let Some(key) = map.next_key::<std::borrow::Cow<'de, str>>()? {
-            Self::text::<A::Error>(&key)?;
-            map.next_value::<StorableJson>()?;
-        }
-        Ok(StorableJson)
-    }
-}
-
-fn nul_error(field: &str) -> CoreError {
+/// The refusal of a NUL character in `field`.
+pub(super) fn nul_error(field: &str) -> CoreError {
     CoreError::invalid(format!(
         "{field} contains a NUL character (\\u0000), which cannot be stored"
     ))

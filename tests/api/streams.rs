@@ -1197,6 +1197,99 @@ async fn dead_letter_pages_stop_at_sixteen_mib() {
     assert!(page.get("next_offset").is_none_or(Value::is_null), "{page}");
 }
 
+/// An append whose events could print past what one receive answers (16 MiB, as PostgreSQL
+/// prints the stored jsonb) is refused whole: a transaction is never split across ticks, so no
+/// consumer could ever receive it. Numbers written with an exponent are what grow: `1e300` prints
+/// in 301 digits. Over HTTP and gRPC; nothing refused is stored, and the bound the check uses is
+/// at least what PostgreSQL prints for each of a set of awkward payloads.
+#[tokio::test]
+async fn appends_that_no_receive_could_answer_are_refused() {
+    use pgvs3::grpc::proto::pgvs3::v1 as s3;
+    let app = spawn_quiet().await;
+    let api = Api::new(&app);
+    let q = "inflating";
+    api.subscribe(q, "c", None, false).await;
+    let raw_append = |body: String| {
+        api.client
+            .post(format!("{}/ojs/v1/queues/{q}/messages", api.base))
+            .header("content-type", "application/json")
+            .body(body)
+            .send()
+    };
+    // Under 1 MiB as sent, about 51 MB as printed.
+    let huge = vec!["1e300"; 170_000].join(",");
+    let answer = raw_append(format!(r#"{{"type": "big", "payload": [{huge}]}}"#))
+        .await
+        .expect("send");
+    assert_eq!(answer.status(), StatusCode::PAYLOAD_TOO_LARGE);
+    let body: Value = answer.json().await.expect("JSON");
+    assert_eq!(body["error"]["details"]["field"], "messages", "{body}");
+    // Tiny exponents grow as much: 1e-16000 prints in 16,002 characters.
+    let tiny = vec!["1e-16000"; 1_100].join(",");
+    let answer = raw_append(format!(r#"{{"type": "tiny", "payload": [{tiny}]}}"#))
+        .await
+        .expect("send");
+    assert_eq!(answer.status(), StatusCode::PAYLOAD_TOO_LARGE);
+    let mut streams = common::grpc::streams(&app.grpc_url).await;
+    let number = |n: f64| prost_types::Value {
+        kind: Some(prost_types::value::Kind::NumberValue(n)),
+    };
+    let status = streams
+        .append(s3::AppendRequest {
+            queue: q.into(),
+            messages: vec![s3::Message {
+                r#type: "big".into(),
+                payload: Some(prost_types::Value {
+                    kind: Some(prost_types::value::Kind::ListValue(
+                        prost_types::ListValue {
+                            values: vec![number(1e300); 90_000],
+                        },
+                    )),
+                }),
+                ..Default::default()
+            }],
+        })
+        .await
+        .expect_err("a payload printing past 16 MiB is refused");
+    assert_eq!(status.code(), tonic::Code::ResourceExhausted, "{status:?}");
+
+    let awkward = [
+        "[1e300, -1.5e-300, 0.1e5, 12E+3, 1.0, -0, 123456789012345678901234567890]",
+        r#"{"a":[1,2,{"b":null}],"c":"x\"y","d":true,"e":false}"#,
+        r#"["\u00e9\/\n", "é", "", {}, [], 5e-7, 2.5E2]"#,
+        "1e-400",
+    ];
+    let mut conn = db(&app).await;
+    let schema = queue_schema(&mut conn, q).await;
+    for text in awkward {
+        let answer = raw_append(format!(r#"{{"type": "odd", "payload": {text}}}"#))
+            .await
+            .expect("send");
+        assert_eq!(answer.status(), StatusCode::CREATED, "{text}");
+        let appended: Value = answer.json().await.expect("JSON");
+        let id = appended["id"].as_str().expect("id").to_string();
+        let printed: i32 = sqlx::query_scalar(sqlx::AssertSqlSafe(format!(
+            "SELECT octet_length(payload::text) FROM {schema}.stream_events WHERE event_id = $1::uuid"
+        )))
+        .bind(&id)
+        .fetch_one(&mut conn)
+        .await
+        .expect("stored");
+        let bound = pgvs3::core::json_text::jsonb_text_bound(text);
+        assert!(
+            u64::try_from(printed).expect("length") <= bound,
+            "{text}: {printed} > {bound}"
+        );
+    }
+    let stored: i64 = sqlx::query_scalar(sqlx::AssertSqlSafe(format!(
+        "SELECT count(*) FROM {schema}.stream_events"
+    )))
+    .fetch_one(&mut conn)
+    .await
+    .expect("count");
+    assert_eq!(stored, i64::try_from(awkward.len()).expect("count"));
+}
+
 /// A dead letter's payload is answered as stored, like a received one: an integer past 2^53 keeps
 /// every digit, and a number past a double's range (written by SQL; the API refuses it) does not
 /// turn the page into a 500.
