@@ -812,26 +812,38 @@ LANGUAGE sql STABLE AS $fn$
       FROM kept k ORDER BY k.n
 $fn$;
 
--- Replays dead letters (one, or all when `id` is NULL) as fresh events for their consumer, within
--- the stream's quota (all or nothing).
+-- Replays dead letters (one, or the oldest when `id` is NULL) as fresh events for their consumer,
+-- within the stream's quota: at most what one tick may hold (tick_max_events, tick_max_bytes; at
+-- least one), since a transaction's events are never split across ticks and a larger one could
+-- never be received. Callers replaying all call again until it returns 0.
 DROP FUNCTION IF EXISTS __SCHEMA__.stream_replay(uuid);
 CREATE OR REPLACE FUNCTION __SCHEMA__.stream_replay(queue_name text, id uuid) RETURNS int
 LANGUAGE plpgsql AS $fn$
 DECLARE
-    segment_now int;
+    cfg __SCHEMA__.stream_config;
+    picked uuid[];
     replayed int;
 BEGIN
-    PERFORM __SCHEMA__.stream_check_quota(queue_name,
-        (SELECT count(*) FROM __SCHEMA__.stream_dead_letters d
-          WHERE stream_replay.id IS NULL OR d.id = stream_replay.id));
+    -- The quota's lock first (as appends take it), so that the count below stays exact.
+    PERFORM __SCHEMA__.stream_check_quota(queue_name, 0);
     PERFORM __SCHEMA__.stream_lock(false);
-    SELECT current_segment INTO segment_now FROM __SCHEMA__.stream_config;
+    SELECT * INTO cfg FROM __SCHEMA__.stream_config;
+    picked := ARRAY(
+        SELECT p.id FROM (
+            SELECT d.id, d.failed_at, count(*) OVER w AS n,
+                   sum(s3p.stream_event_bytes(d.payload, d.headers)) OVER w AS bytes
+              FROM __SCHEMA__.stream_dead_letters d
+             WHERE stream_replay.id IS NULL OR d.id = stream_replay.id
+            WINDOW w AS (ORDER BY d.failed_at, d.id ROWS UNBOUNDED PRECEDING)) p
+         WHERE p.n = 1 OR (p.n <= cfg.tick_max_events AND p.bytes <= cfg.tick_max_bytes)
+         ORDER BY p.failed_at, p.id);
+    PERFORM __SCHEMA__.stream_check_quota(queue_name, cardinality(picked));
     WITH gone AS (
-        DELETE FROM __SCHEMA__.stream_dead_letters d WHERE stream_replay.id IS NULL OR d.id = stream_replay.id
+        DELETE FROM __SCHEMA__.stream_dead_letters d WHERE d.id = ANY (picked)
         RETURNING d.*
     )
     INSERT INTO __SCHEMA__.stream_events (segment, event_id, type, payload, headers, retry_count, target)
-    SELECT segment_now, g.event_id, g.type, g.payload, g.headers, g.retry_count, g.consumer
+    SELECT cfg.current_segment, g.event_id, g.type, g.payload, g.headers, g.retry_count, g.consumer
       FROM gone g ORDER BY g.failed_at, g.id;
     GET DIAGNOSTICS replayed = ROW_COUNT;
     IF stream_replay.id IS NOT NULL AND replayed = 0 THEN

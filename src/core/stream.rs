@@ -17,6 +17,9 @@ pub const MAX_RECEIVE: i64 = 10_000;
 /// Largest batch one receive answers, counted as its events' payloads and headers in JSON
 /// (`s3p.stream_event_bytes`); also the default of a receive's `max_bytes`.
 pub const MAX_RESPONSE_BYTES: i64 = 16 * 1024 * 1024;
+/// Most transactions one replay of all dead letters runs (each at most one tick's worth), so that
+/// dead letters arriving as fast as it replays cannot keep it going.
+pub const MAX_REPLAY_TRANSACTIONS: usize = 1_000;
 /// Longest receive long poll.
 pub const MAX_RECEIVE_WAIT_MS: i64 = 5_000;
 /// Shortest retention.
@@ -399,10 +402,27 @@ impl Service {
     }
 
     /// Replays one dead letter (or all when `id` is `None`) to its consumer.
+    ///
+    /// Replaying all goes in transactions of at most one tick's worth each (the queue's
+    /// `stream_replay`), oldest first, until none is left: a larger transaction could never be
+    /// received. A quota refusal after some of them stops it, and the answer is what was
+    /// replayed; only a refusal of the first is the caller's 429.
     pub async fn stream_replay(&self, queue: &str, id: Option<&str>) -> Result<i32, CoreError> {
         check_queue_name(queue)?;
         let id = id.map(|i| parse_uuid("id", i)).transpose()?;
-        self.store.stream_replay(queue, id).await
+        let mut total: i32 = 0;
+        for _ in 0..MAX_REPLAY_TRANSACTIONS {
+            let replayed = match self.store.stream_replay(queue, id).await {
+                Ok(replayed) => replayed,
+                Err(e) if total > 0 && e.kind == ErrorKind::QuotaExceeded => break,
+                Err(e) => return Err(e),
+            };
+            total = total.saturating_add(replayed);
+            if id.is_some() || replayed == 0 {
+                break;
+            }
+        }
+        Ok(total)
     }
 
     /// Purges dead letters older than `older_than`.

@@ -42,6 +42,15 @@ pub fn map_db_error(error: sqlx::Error) -> CoreError {
                         format!("the database is unavailable: {}", db.message()),
                     );
                 }
+                // A queue dropped or rebuilt under the statement, still so after its rerun (a
+                // drop racing again): not the database failing.
+                _ if super::routes::is_stale(&error) => {
+                    tracing::warn!(error = %db, "queue dropped or rebuilt while a statement ran");
+                    return CoreError::new(
+                        ErrorKind::Conflict,
+                        "the queue was dropped or rebuilt while the request ran; send it again",
+                    );
+                }
                 _ => {
                     tracing::error!(error = %db, "database error");
                     return CoreError::new(

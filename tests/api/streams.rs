@@ -1290,6 +1290,42 @@ async fn appends_that_no_receive_could_answer_are_refused() {
     assert_eq!(stored, i64::try_from(awkward.len()).expect("count"));
 }
 
+/// Replaying all dead letters goes in transactions of at most one tick's worth, oldest first: a
+/// transaction's events are never split across ticks, so one larger replay could never be
+/// received. 25 dead letters with ticks of at most 10 events come back in batches of at most 10.
+#[tokio::test]
+async fn replaying_all_dead_letters_stays_receivable() {
+    let app = spawn_quiet().await;
+    let api = Api::new(&app);
+    let q = "replaychunks";
+    api.subscribe(q, "c", None, false).await;
+    api.set_config(q, json!({"tick_max_events": 10})).await;
+    let mut conn = db(&app).await;
+    let schema = queue_schema(&mut conn, q).await;
+    sqlx::query(sqlx::AssertSqlSafe(format!(
+        "INSERT INTO {schema}.stream_dead_letters (id, event_id, consumer, type, payload, retry_count, reason, failed_at)
+         SELECT gen_random_uuid(), gen_random_uuid(), 'c', 'dead', jsonb_build_object('n', g),
+                1, 'test', now() - interval '1 hour' + g * interval '1 ms'
+           FROM generate_series(1, 25) g"
+    )))
+    .execute(&mut conn)
+    .await
+    .expect("dead letters");
+    let replayed = api
+        .ok_post(&format!("/ojs/v1/queues/{q}/dlq/replay"), json!({}))
+        .await;
+    assert_eq!(replayed["replayed"], 25, "{replayed}");
+    let mut order = Vec::new();
+    while order.len() < 25 {
+        let batch = api.receive(q, "c", 10).await;
+        let got = events(&batch);
+        assert!(!got.is_empty() && got.len() <= 10, "{batch}");
+        order.extend(got.iter().map(|e| e.payload["n"].as_i64().expect("n")));
+        api.ack(q, &batch_id(&batch).expect("batch")).await;
+    }
+    assert_eq!(order, (1..=25).collect::<Vec<i64>>());
+}
+
 /// A dead letter's payload is answered as stored, like a received one: an integer past 2^53 keeps
 /// every digit, and a number past a double's range (written by SQL; the API refuses it) does not
 /// turn the page into a 500.
