@@ -867,8 +867,8 @@ END
 $fn$;
 
 -- One maintenance step of the stream, in this order: tick un-ticked events (before this
--- transaction appends anything), seal segments switched in an earlier pass, move every due retry
--- into the log, rotate when the current segment is older than retention / 2 and the next one is
+-- transaction appends anything), seal segments switched in an earlier pass, move the due retries
+-- into the log (one tick's worth), rotate when the current segment is older than retention / 2 and the next one is
 -- safe to truncate, and clean up old ticks and acked batches.
 CREATE OR REPLACE FUNCTION __SCHEMA__.stream_maintain()
 RETURNS TABLE (ticked boolean, retries_moved int, rotated boolean, ticks_removed int)
@@ -908,8 +908,19 @@ BEGIN
     PERFORM __SCHEMA__.stream_lock(false);
     SELECT * INTO cfg FROM __SCHEMA__.stream_config;
 
-    WITH due AS (
-        DELETE FROM __SCHEMA__.stream_retry_events r WHERE r.due_at <= now() RETURNING r.*
+    -- At most one tick's worth (at least one) per step, as a replay: a transaction's events are
+    -- never split across ticks, and a larger one could never be received. The rest are still due
+    -- at the next pass.
+    WITH picked AS (
+        SELECT p.id FROM (
+            SELECT r.id, count(*) OVER w AS n,
+                   sum(s3p.stream_event_bytes(r.payload, r.headers)) OVER w AS bytes
+              FROM __SCHEMA__.stream_retry_events r WHERE r.due_at <= now()
+            WINDOW w AS (ORDER BY r.due_at, r.id ROWS UNBOUNDED PRECEDING)) p
+         WHERE p.n = 1 OR (p.n <= cfg.tick_max_events AND p.bytes <= cfg.tick_max_bytes)
+    ), due AS (
+        DELETE FROM __SCHEMA__.stream_retry_events r WHERE r.id IN (SELECT p.id FROM picked p)
+        RETURNING r.*
     )
     INSERT INTO __SCHEMA__.stream_events (segment, event_id, type, payload, headers, retry_count, target)
     SELECT cfg.current_segment, d.event_id, d.type, d.payload, d.headers, d.retry_count, d.consumer

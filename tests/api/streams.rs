@@ -1326,6 +1326,45 @@ async fn replaying_all_dead_letters_stays_receivable() {
     assert_eq!(order, (1..=25).collect::<Vec<i64>>());
 }
 
+/// Due retries move back into the log at most one tick's worth per maintenance step, as replays
+/// do: 25 retries due at once, with ticks of at most 10 events, come back in batches of at most 10
+/// (one transaction of 25 would be a tick no receive with max 10 could take).
+#[tokio::test]
+async fn due_retries_come_back_receivable() {
+    let app = spawn_quiet().await;
+    let api = Api::new(&app);
+    let q = "retrychunks";
+    api.subscribe(q, "c", None, false).await;
+    api.set_config(q, json!({"tick_max_events": 10})).await;
+    let mut conn = db(&app).await;
+    let schema = queue_schema(&mut conn, q).await;
+    sqlx::query(sqlx::AssertSqlSafe(format!(
+        "INSERT INTO {schema}.stream_retry_events (event_id, consumer, type, payload, retry_count, reason, due_at)
+         SELECT gen_random_uuid(), 'c', 'again', jsonb_build_object('n', g), 1, 'test',
+                now() - interval '1 hour' + g * interval '1 ms'
+           FROM generate_series(1, 25) g"
+    )))
+    .execute(&mut conn)
+    .await
+    .expect("retries");
+    let mut order = Vec::new();
+    for _ in 0..10 {
+        maintain(&mut conn).await;
+        loop {
+            let batch = api.receive(q, "c", 10).await;
+            let Some(id) = batch_id(&batch) else { break };
+            let got = events(&batch);
+            assert!(got.len() <= 10, "{batch}");
+            order.extend(got.iter().map(|e| e.payload["n"].as_i64().expect("n")));
+            api.ack(q, &id).await;
+        }
+        if order.len() == 25 {
+            break;
+        }
+    }
+    assert_eq!(order, (1..=25).collect::<Vec<i64>>());
+}
+
 /// A dead letter's payload is answered as stored, like a received one: an integer past 2^53 keeps
 /// every digit, and a number past a double's range (written by SQL; the API refuses it) does not
 /// turn the page into a 500.
