@@ -22,11 +22,16 @@ CREATE INDEX IF NOT EXISTS queues_mirror_job_events ON s3p.queues (name)
     WHERE settings @> '{"mirror_job_events": true}';
 
 -- Appends the events a statement recorded to the streams of their queues that mirror: one
--- append per queue, queues in name order (one lock order for concurrent writers).
+-- append per queue, queues in name order (one lock order for concurrent writers). Events that
+-- would take more than one receive answers (16 MiB, core::stream::MAX_RESPONSE_BYTES, counted as
+-- s3p.stream_event_bytes) refuse the transition (PV413): the append is one transaction, never
+-- split across ticks, so no consumer could ever receive it (a job's JSON stores `1e300` as
+-- written, and jsonb prints it in 301 digits).
 CREATE OR REPLACE FUNCTION s3p.mirror_job_events() RETURNS trigger
 LANGUAGE plpgsql AS $$
 DECLARE
     target record;
+    bytes bigint;
 BEGIN
     FOR target IN
         SELECT e.queue,
@@ -43,6 +48,13 @@ BEGIN
          GROUP BY e.queue
          ORDER BY e.queue
     LOOP
+        SELECT sum(s3p.stream_event_bytes(m->'payload', m->'headers')) INTO bytes
+          FROM jsonb_array_elements(target.messages) m;
+        IF bytes > 16777216 THEN
+            RAISE EXCEPTION 'the events mirrored to the stream of queue % would take % bytes, more than one receive answers (16777216)',
+                target.queue, bytes
+                USING ERRCODE = 'PV413', DETAIL = jsonb_build_object('events', jsonb_array_length(target.messages), 'bytes', bytes)::text;
+        END IF;
         PERFORM s3p.stream_append(target.queue, target.messages);
     END LOOP;
     RETURN NULL;

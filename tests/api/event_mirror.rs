@@ -236,6 +236,54 @@ async fn mirroring_is_off_by_default_and_set_over_http() {
 
 /// `AdminService/SetQueueConfig` turns mirroring on and off; leaving the field unset changes
 /// nothing; `GetQueueConfig` reports it; dropping the queue ends it.
+/// A transition whose mirrored events could not be received (more than the 16 MiB one receive
+/// answers; jsonb prints `1e300` in 301 digits) is refused with 413, changing nothing: the
+/// mirrored append is one transaction, never split across ticks. The job stays active and can
+/// still be acked.
+#[tokio::test]
+async fn a_transition_mirroring_more_than_a_receive_answers_is_refused() {
+    let app = common::spawn_app().await;
+    let api = Api::new(&app);
+    let queue = "mirror-big";
+    api.subscribe(queue, "c").await;
+    let (status, body) = api
+        .set_config(queue, json!({"mirror_job_events": true}))
+        .await;
+    assert_eq!(status, StatusCode::OK, "{body}");
+    let id = api.enqueue(queue).await;
+    let fetched = api
+        .post(
+            "/ojs/v1/workers/fetch",
+            json!({"queues": [queue], "count": 1, "worker_id": "w1"}),
+        )
+        .await;
+    let token = fetched["jobs"][0]["lease_token"].clone();
+    // Under 1 MiB as sent, about 36 MB as jsonb prints it.
+    let (status, body) = api
+        .send(
+            reqwest::Method::POST,
+            "/ojs/v1/workers/nack",
+            Some(json!({"job_id": id, "lease_token": token, "error": {
+                "code": "big", "message": "big", "details": {"v": vec![1e300; 120_000]}}})),
+        )
+        .await;
+    assert_eq!(status, StatusCode::PAYLOAD_TOO_LARGE, "{body}");
+    assert_eq!(body["error"]["code"], "batch_too_large", "{body}");
+    let job = api.get(&format!("/ojs/v1/jobs/{id}")).await;
+    assert_eq!(job["job"]["state"], "active", "{job}");
+    api.post(
+        "/ojs/v1/workers/ack",
+        json!({"job_id": id, "lease_token": token}),
+    )
+    .await;
+    let messages = api.drain(queue, "c", 0).await;
+    assert_eq!(
+        types(&messages),
+        ["job.enqueued", "job.started", "job.completed"],
+        "{messages:?}"
+    );
+}
+
 #[tokio::test]
 async fn mirroring_is_set_over_grpc() {
     let app = common::spawn_app().await;
