@@ -812,10 +812,18 @@ LANGUAGE sql STABLE AS $fn$
       FROM kept k ORDER BY k.n
 $fn$;
 
+-- Whether the first `n` events, of `bytes` bytes (s3p.stream_event_bytes), of rows moved into the
+-- log in one transaction (replays, due retries) fit one tick of `cfg`; the first always does. A
+-- transaction's events are never split across ticks, so a larger one could never be received.
+CREATE OR REPLACE FUNCTION __SCHEMA__.stream_fits_one_tick(n bigint, bytes numeric,
+                                                           cfg __SCHEMA__.stream_config)
+RETURNS boolean LANGUAGE sql IMMUTABLE AS $fn$
+    SELECT n = 1 OR (n <= cfg.tick_max_events AND bytes <= cfg.tick_max_bytes)
+$fn$;
+
 -- Replays dead letters (one, or the oldest when `id` is NULL) as fresh events for their consumer,
--- within the stream's quota: at most what one tick may hold (tick_max_events, tick_max_bytes; at
--- least one), since a transaction's events are never split across ticks and a larger one could
--- never be received. Callers replaying all call again until it returns 0.
+-- within the stream's quota: at most one tick's worth (stream_fits_one_tick). Callers replaying
+-- all call again until it returns 0.
 DROP FUNCTION IF EXISTS __SCHEMA__.stream_replay(uuid);
 CREATE OR REPLACE FUNCTION __SCHEMA__.stream_replay(queue_name text, id uuid) RETURNS int
 LANGUAGE plpgsql AS $fn$
@@ -835,7 +843,7 @@ BEGIN
               FROM __SCHEMA__.stream_dead_letters d
              WHERE stream_replay.id IS NULL OR d.id = stream_replay.id
             WINDOW w AS (ORDER BY d.failed_at, d.id ROWS UNBOUNDED PRECEDING)) p
-         WHERE p.n = 1 OR (p.n <= cfg.tick_max_events AND p.bytes <= cfg.tick_max_bytes)
+         WHERE __SCHEMA__.stream_fits_one_tick(p.n, p.bytes, cfg)
          ORDER BY p.failed_at, p.id);
     PERFORM __SCHEMA__.stream_check_quota(queue_name, cardinality(picked));
     WITH gone AS (
@@ -908,16 +916,15 @@ BEGIN
     PERFORM __SCHEMA__.stream_lock(false);
     SELECT * INTO cfg FROM __SCHEMA__.stream_config;
 
-    -- At most one tick's worth (at least one) per step, as a replay: a transaction's events are
-    -- never split across ticks, and a larger one could never be received. The rest are still due
-    -- at the next pass.
+    -- At most one tick's worth per step (stream_fits_one_tick); the rest are still due at the
+    -- next pass.
     WITH picked AS (
         SELECT p.id FROM (
             SELECT r.id, count(*) OVER w AS n,
                    sum(s3p.stream_event_bytes(r.payload, r.headers)) OVER w AS bytes
               FROM __SCHEMA__.stream_retry_events r WHERE r.due_at <= now()
             WINDOW w AS (ORDER BY r.due_at, r.id ROWS UNBOUNDED PRECEDING)) p
-         WHERE p.n = 1 OR (p.n <= cfg.tick_max_events AND p.bytes <= cfg.tick_max_bytes)
+         WHERE __SCHEMA__.stream_fits_one_tick(p.n, p.bytes, cfg)
     ), due AS (
         DELETE FROM __SCHEMA__.stream_retry_events r WHERE r.id IN (SELECT p.id FROM picked p)
         RETURNING r.*

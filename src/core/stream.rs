@@ -128,7 +128,7 @@ fn check_receivable(rows: &[MessageRow<'_>]) -> Result<(), CoreError> {
         .iter()
         .map(|row| {
             let headers = row.headers.as_ref().map_or(0, |h| {
-                super::json_text::jsonb_text_bound(&Value::Object(h.clone()).to_string())
+                serde_json::to_string(h).map_or(0, |text| super::json_text::jsonb_text_bound(&text))
             });
             super::json_text::jsonb_text_bound(row.payload.get()) + headers
         })
