@@ -287,22 +287,32 @@ BEGIN
 END
 $fn$;
 
--- The events of an active batch, in log order: those visible in its end tick and not in its start
--- tick. An acked or taken-over batch lists none (its segment may since have rotated away).
+-- A batch as one header row (its own columns, the event columns NULL) and then its events in log
+-- order (the batch columns NULL): those visible in its end tick and not in its start tick. The
+-- batch's columns go once, not on every event: on 1,000 events they were a quarter of what the
+-- receive cost PostgreSQL. An acked or taken-over batch lists no events (its segment may since
+-- have rotated away).
 CREATE OR REPLACE FUNCTION __SCHEMA__.stream_batch_contents(id uuid)
 RETURNS TABLE (batch_id uuid, consumer text, member text, start_tick bigint, end_tick bigint,
                state text, batch_created_at timestamptz, seq bigint, event_id uuid, type text,
                payload jsonb, headers jsonb, retry_count int, created_at timestamptz)
 LANGUAGE sql STABLE AS $fn$
-    SELECT b.batch_id, b.consumer, b.member, b.start_tick, b.end_tick, b.state, b.created_at,
-           e.seq, e.event_id, e.type, e.payload, e.headers, e.retry_count, e.created_at
-      FROM __SCHEMA__.stream_batches b
-      JOIN __SCHEMA__.stream_ticks since ON since.tick_id = b.start_tick
-      JOIN __SCHEMA__.stream_ticks upto ON upto.tick_id = b.end_tick
-      LEFT JOIN LATERAL __SCHEMA__.stream_between(since.snapshot, upto.snapshot, b.consumer) e
-             ON b.state = 'active'
-     WHERE b.batch_id = id
-     ORDER BY e.seq
+    SELECT * FROM (
+        SELECT b.batch_id, b.consumer, b.member, b.start_tick, b.end_tick, b.state, b.created_at,
+               NULL::bigint AS seq, NULL::uuid, NULL::text, NULL::jsonb, NULL::jsonb, NULL::int,
+               NULL::timestamptz
+          FROM __SCHEMA__.stream_batches b
+         WHERE b.batch_id = id
+        UNION ALL
+        SELECT NULL::uuid, NULL::text, NULL::text, NULL::bigint, NULL::bigint, NULL::text,
+               NULL::timestamptz, e.seq, e.event_id, e.type, e.payload, e.headers, e.retry_count,
+               e.created_at
+          FROM __SCHEMA__.stream_batches b
+          JOIN __SCHEMA__.stream_ticks since ON since.tick_id = b.start_tick
+          JOIN __SCHEMA__.stream_ticks upto ON upto.tick_id = b.end_tick
+          CROSS JOIN LATERAL __SCHEMA__.stream_between(since.snapshot, upto.snapshot, b.consumer) e
+         WHERE b.batch_id = id AND b.state = 'active') rows
+     ORDER BY rows.seq NULLS FIRST
 $fn$;
 
 -- The stream's tick lock: one transaction at a time cuts ticks, and holds it until it commits, so

@@ -20,9 +20,9 @@ use crate::model::stream::{
     StreamDeadLetter, StreamEvent, StreamInfo, StreamNackOutcome, Subscription,
 };
 
-/// A batch from its rows: every row repeats the batch columns and carries one event (none for an
-/// emptied batch). The batch columns are read from the first row only, and the event columns by
-/// position, looked up once: a batch holds up to thousands of rows.
+/// A batch from its rows: a header row with the batch columns, then one row per event (the
+/// template's `stream_batch_contents`). The event columns are read by position, looked up once: a
+/// batch holds up to thousands of rows; the header's NULL event columns skip it.
 fn batch(rows: &[PgRow]) -> Result<Option<Batch>, sqlx::Error> {
     let Some(first) = rows.first() else {
         return Ok(None);
