@@ -21,21 +21,22 @@ use crate::model::stream::{
 };
 
 /// A batch from its rows: a header row with the batch columns, then one row per event (the
-/// template's `stream_batch_contents`). The event columns are read by position, looked up once: a
-/// batch holds up to thousands of rows; the header's NULL event columns skip it.
+/// template's `stream_batch_contents`). The event columns are looked up and type-checked once,
+/// on the header (every row of a result shares its columns and their types), then read by
+/// position without a check per value: a batch holds up to thousands of rows. The header's NULL
+/// event columns skip it.
 fn batch(rows: &[PgRow]) -> Result<Option<Batch>, sqlx::Error> {
     let Some(first) = rows.first() else {
         return Ok(None);
     };
-    let at = |name: &str| first.try_column(name).map(|c| c.ordinal());
     let (seq, event_id, message_type, payload, headers, retry_count, created_at) = (
-        at("seq")?,
-        at("event_id")?,
-        at("type")?,
-        at("payload")?,
-        at("headers")?,
-        at("retry_count")?,
-        at("created_at")?,
+        column::<i64>(first, "seq")?,
+        column::<Uuid>(first, "event_id")?,
+        column::<String>(first, "type")?,
+        column::<Json<Box<RawValue>>>(first, "payload")?,
+        column::<Value>(first, "headers")?,
+        column::<i32>(first, "retry_count")?,
+        column::<DateTime<Utc>>(first, "created_at")?,
     );
     let member: String = first.try_get("member_name")?;
     let mut out = Batch {
@@ -50,10 +51,10 @@ fn batch(rows: &[PgRow]) -> Result<Option<Batch>, sqlx::Error> {
     };
     for row in rows {
         let (Some(seq), Some(id), Some(message_type), Some(created_at)) = (
-            row.try_get::<Option<i64>, _>(seq)?,
-            row.try_get::<Option<Uuid>, _>(event_id)?,
-            row.try_get::<Option<String>, _>(message_type)?,
-            row.try_get::<Option<DateTime<Utc>>, _>(created_at)?,
+            row.try_get_unchecked::<Option<i64>, _>(seq)?,
+            row.try_get_unchecked::<Option<Uuid>, _>(event_id)?,
+            row.try_get_unchecked::<Option<String>, _>(message_type)?,
+            row.try_get_unchecked::<Option<DateTime<Utc>>, _>(created_at)?,
         ) else {
             continue;
         };
@@ -62,17 +63,36 @@ fn batch(rows: &[PgRow]) -> Result<Option<Batch>, sqlx::Error> {
             seq,
             message_type,
             payload: row
-                .try_get::<Option<Json<Box<RawValue>>>, _>(payload)?
+                .try_get_unchecked::<Option<Json<Box<RawValue>>>, _>(payload)?
                 .map(|Json(raw)| raw.into())
                 .unwrap_or_default(),
             headers: row
-                .try_get::<Option<Value>, _>(headers)?
+                .try_get_unchecked::<Option<Value>, _>(headers)?
                 .filter(|h| !h.is_null()),
-            retry_count: row.try_get::<Option<i32>, _>(retry_count)?.unwrap_or(0),
+            retry_count: row
+                .try_get_unchecked::<Option<i32>, _>(retry_count)?
+                .unwrap_or(0),
             created_at,
         });
     }
     Ok(Some(out))
+}
+
+/// The position of column `name`, once its type is known to decode as `T`.
+fn column<T: sqlx::Type<sqlx::Postgres>>(row: &PgRow, name: &str) -> Result<usize, sqlx::Error> {
+    let column = row.try_column(name)?;
+    if !T::compatible(column.type_info()) {
+        return Err(sqlx::Error::ColumnDecode {
+            index: name.to_string(),
+            source: format!(
+                "{} cannot be read as {}",
+                column.type_info(),
+                std::any::type_name::<T>()
+            )
+            .into(),
+        });
+    }
+    Ok(column.ordinal())
 }
 
 /// An append's error: a payload the core passed that jsonb still cannot hold (a number past
