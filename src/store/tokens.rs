@@ -2,7 +2,7 @@
 //! invalidated whenever `s3p_tokens` is notified, so a revoked token is refused at once
 //! everywhere, and its open streams end (`TokenCheck`).
 
-use std::collections::{HashMap, VecDeque};
+use std::collections::{HashMap, HashSet, VecDeque};
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
@@ -145,6 +145,11 @@ struct CacheState {
     unknown: HashMap<[u8; 32], Instant>,
     /// Unknown hashes in lookup order, oldest first (with stale records of refreshed ones).
     unknown_order: VecDeque<([u8; 32], Instant)>,
+    /// Hashes this gateway found a live token for, kept through invalidations (up to the grant
+    /// capacity) until a lookup finds the token gone: their lookups wait for a permit instead of
+    /// being refused, so a flood of made-up tokens cannot turn away a client whose grant has
+    /// just expired or been forgotten.
+    granted_before: HashSet<[u8; 32]>,
     /// Ticks at every use.
     clock: u64,
 }
@@ -159,6 +164,7 @@ impl CacheState {
             grants: HashMap::new(),
             unknown: HashMap::new(),
             unknown_order: VecDeque::new(),
+            granted_before: HashSet::new(),
             clock: 0,
         }
     }
@@ -194,6 +200,9 @@ impl CacheState {
         match answer {
             Some(grant) => {
                 self.unknown.remove(&hash);
+                if self.granted_before.len() < self.grant_capacity {
+                    self.granted_before.insert(hash);
+                }
                 if !self.grants.contains_key(&hash) && self.grants.len() >= self.grant_capacity {
                     // Only live tokens get here, so this scan is rare.
                     let least_used = self
@@ -217,6 +226,7 @@ impl CacheState {
             }
             None => {
                 self.grants.remove(&hash);
+                self.granted_before.remove(&hash);
                 self.unknown.insert(hash, now);
                 self.unknown_order.push_back((hash, now));
                 while self.unknown.len() > self.unknown_capacity
@@ -291,11 +301,16 @@ impl Shared {
     }
 
     /// The grant of the live token with this hash, from the cache or the database. When all
-    /// lookup permits are taken, `queue` waits for one; else the answer is `rate_limited`.
+    /// lookup permits are taken, `queue` and a token granted before wait for one; else the
+    /// answer is `rate_limited`.
     async fn answer(&self, hash: &[u8; 32], queue: bool) -> Result<Option<Grant>, CoreError> {
-        if let Some(answer) = self.state().get(hash) {
-            return Ok(answer);
-        }
+        let queue = {
+            let mut state = self.state();
+            if let Some(answer) = state.get(hash) {
+                return Ok(answer);
+            }
+            queue || state.granted_before.contains(hash)
+        };
         let _permit = if queue {
             self.lookups
                 .acquire()
@@ -517,6 +532,43 @@ mod tests {
         assert_eq!(state.get(&hash(3)), None);
         state.forget("");
         assert_eq!(state.get(&hash(2)), None);
+    }
+
+    /// A token granted before whose grant was forgotten (here by the listener's reconnect, as
+    /// when a gateway's listener connects after the token's first use) waits for a lookup
+    /// instead of being refused with the flood; a token found gone loses that.
+    #[tokio::test]
+    async fn a_token_granted_before_waits_for_a_lookup_when_the_flood_holds_every_permit() {
+        let shared = unreachable();
+        shared.state().put(hash(7), Some(grant("known")));
+        invalidate(&shared, true);
+        assert_eq!(shared.state().get(&hash(7)), None, "the grant is forgotten");
+        let held = shared.lookups.acquire_many(2).await.expect("permits");
+        let refused = shared.answer(&hash(8), false).await.expect_err("no permit");
+        assert_eq!(refused.kind, ErrorKind::RateLimited, "a made-up token");
+        let known = hash(7);
+        let waiting = shared.answer(&known, false);
+        tokio::pin!(waiting);
+        assert!(
+            tokio::time::timeout(Duration::from_millis(50), &mut waiting)
+                .await
+                .is_err(),
+            "the known token waits for a permit"
+        );
+        drop(held);
+        assert!(waiting.await.is_err(), "looked up, and unreachable");
+        assert_eq!(shared.lookups_made.load(Ordering::Relaxed), 1);
+
+        shared.state().put(hash(7), None);
+        let held = shared.lookups.acquire_many(2).await.expect("permits");
+        invalidate(&shared, true);
+        let refused = shared.answer(&hash(7), false).await.expect_err("no permit");
+        assert_eq!(
+            refused.kind,
+            ErrorKind::RateLimited,
+            "found gone, so refused"
+        );
+        drop(held);
     }
 
     #[tokio::test]
