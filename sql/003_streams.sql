@@ -149,6 +149,26 @@ LANGUAGE sql IMMUTABLE PARALLEL SAFE AS $$
            + coalesce(octet_length(nullif(headers, 'null'::jsonb)::text), 0)
 $$;
 
+-- Cuts at most `max_ticks` ticks of the queue's un-ticked events in this transaction (the
+-- queue's stream_tick_some); true when none are left. The maintenance pass calls it, each call its
+-- own transaction, until then. A queue dropped meanwhile has nothing left (the drop takes the
+-- queue's lock exclusively).
+CREATE OR REPLACE FUNCTION s3p.stream_tick_some(queue text, max_ticks int) RETURNS boolean
+LANGUAGE plpgsql AS $$
+DECLARE
+    schema text;
+    done boolean;
+BEGIN
+    PERFORM pg_advisory_xact_lock_shared(hashtext('s3p.queue:' || queue));
+    SELECT q.schema_name INTO schema FROM s3p.queues q WHERE q.name = queue;
+    IF NOT FOUND THEN
+        RETURN true;
+    END IF;
+    EXECUTE format('SELECT %I.stream_tick_some(false, $1)', schema) INTO done USING max_ticks;
+    RETURN done;
+END
+$$;
+
 -- `max_bytes` last, with its default (16 MiB), so SQL callers of the older signature still work.
 -- A NULL `max_events` is the stream's tick_max_events.
 DROP FUNCTION IF EXISTS s3p.stream_receive(text, text, text, int, uuid);

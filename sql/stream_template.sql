@@ -433,15 +433,20 @@ BEGIN
 END
 $fn$;
 
--- Ticks everything visible now that the latest tick does not cover, in ticks within the stream's
--- tick_max_events and tick_max_bytes (or one empty tick with `force`); returns the latest tick.
--- The snapshot never counts this transaction's own appends as visible.
-CREATE OR REPLACE FUNCTION __SCHEMA__.stream_tick(force boolean DEFAULT false) RETURNS bigint
+-- Cuts ticks of what is visible now and the latest tick does not cover, each within the stream's
+-- tick_max_events and tick_max_bytes (or one empty tick with `force`), at most `max_ticks` of them
+-- (NULL: no limit); true when nothing visible is left un-ticked. The tick lock is held until this
+-- transaction commits, so the maintenance pass cuts a backlog a few ticks per transaction
+-- (s3p.stream_tick_some): a receive that needs a tick then waits behind those, not behind the whole
+-- backlog (100 ticks in one transaction held it about 110 ms). The snapshot never counts this
+-- transaction's own appends as visible.
+CREATE OR REPLACE FUNCTION __SCHEMA__.stream_tick_some(force boolean, max_ticks int) RETURNS boolean
 LANGUAGE plpgsql AS $fn$
 DECLARE
     cfg __SCHEMA__.stream_config;
     now_snap pg_snapshot;
     made record;
+    cut int := 0;
 BEGIN
     PERFORM __SCHEMA__.stream_lock(false);
     PERFORM __SCHEMA__.stream_lock_ticks(true);
@@ -449,9 +454,24 @@ BEGIN
     now_snap := __SCHEMA__.stream_snapshot();
     LOOP
         SELECT * INTO made FROM __SCHEMA__.stream_cut(cfg.tick_max_events, cfg.tick_max_bytes, now_snap, force);
-        EXIT WHEN made.tick IS NULL OR made.complete;
+        IF made.tick IS NULL OR made.complete THEN
+            RETURN true;
+        END IF;
         force := false;
+        cut := cut + 1;
+        IF cut >= max_ticks THEN
+            RETURN false;
+        END IF;
     END LOOP;
+END
+$fn$;
+
+-- Ticks everything visible now that the latest tick does not cover (stream_tick_some without a
+-- limit); returns the latest tick.
+CREATE OR REPLACE FUNCTION __SCHEMA__.stream_tick(force boolean DEFAULT false) RETURNS bigint
+LANGUAGE plpgsql AS $fn$
+BEGIN
+    PERFORM __SCHEMA__.stream_tick_some(force, NULL);
     RETURN (SELECT max(t.tick_id) FROM __SCHEMA__.stream_ticks t);
 END
 $fn$;

@@ -3124,3 +3124,46 @@ async fn sql_appends_without_an_id_get_a_uuid_v7() {
     assert_eq!(bytes[8] >> 6, 0b10, "RFC 9562 variant: {id}");
     app.stop().await;
 }
+
+/// A maintenance pass cuts a backlog a few ticks per transaction (four), so a receive that needs
+/// a tick waits behind at most those, never behind the whole backlog's cut: twelve one-event
+/// transactions, one event per tick, are cut by `pgvs3 maintain --once` in at least three
+/// transactions, and all of them are cut.
+#[tokio::test]
+async fn maintenance_cuts_a_backlog_a_few_ticks_per_transaction() {
+    let app = spawn_quiet().await;
+    let api = Api::new(&app);
+    let q = "backlog";
+    api.subscribe(q, "c", None, false).await;
+    let config = api.set_config(q, json!({"tick_max_events": 1})).await;
+    assert_eq!(int(&config, "tick_max_events"), 1, "{config}");
+    for i in 0..12 {
+        api.append(q, "backlog.one", json!({"i": i})).await;
+    }
+    let output = std::process::Command::new(env!("CARGO_BIN_EXE_pgvs3"))
+        .args(["maintain", "--once", "--database-url", &app.database_url])
+        .env("NO_COLOR", "1")
+        .output()
+        .expect("run pgvs3 maintain");
+    assert!(
+        output.status.success(),
+        "pgvs3 maintain --once: {}",
+        String::from_utf8_lossy(&output.stderr)
+    );
+    let mut conn = db(&app).await;
+    let schema = queue_schema(&mut conn, q).await;
+    let (ticks, transactions, largest): (i64, i64, i64) =
+        sqlx::query_as(sqlx::AssertSqlSafe(format!(
+            "SELECT coalesce(sum(n), 0)::bigint, count(*), coalesce(max(n), 0)::bigint
+               FROM (SELECT xmin::text, count(*) AS n FROM \"{schema}\".stream_ticks
+                      WHERE added > 0 GROUP BY 1) cut"
+        )))
+        .fetch_one(&mut conn)
+        .await
+        .expect("ticks by cutting transaction");
+    assert_eq!(ticks, 12, "every event has its tick");
+    assert!(largest <= 4, "one transaction cut {largest} ticks");
+    assert!(transactions >= 3, "cut in {transactions} transactions");
+    let drained = api.drain(q, "c", 100).await;
+    assert_eq!(all_ids(&drained).len(), 12, "all delivered once");
+}
