@@ -149,11 +149,18 @@ LANGUAGE sql IMMUTABLE PARALLEL SAFE AS $$
            + coalesce(octet_length(nullif(headers, 'null'::jsonb)::text), 0)
 $$;
 
--- Cuts at most `max_ticks` ticks of the queue's un-ticked events in this transaction (the
--- queue's stream_tick_some); true when none are left. The maintenance pass calls it, each call its
--- own transaction, until then. A queue dropped meanwhile has nothing left (the drop takes the
--- queue's lock exclusively).
-CREATE OR REPLACE FUNCTION s3p.stream_tick_some(queue text, max_ticks int) RETURNS boolean
+-- The most ticks one maintenance transaction cuts (each about 1.5 ms for 1,000 events, under the
+-- tick lock a receive that needs a tick waits for): the gateway's pass cuts a backlog in
+-- transactions of this many (s3p.stream_tick_some), and each queue's step cuts no more.
+CREATE OR REPLACE FUNCTION s3p.stream_ticks_per_transaction() RETURNS int
+LANGUAGE sql IMMUTABLE AS $$ SELECT 4 $$;
+
+-- Cuts up to s3p.stream_ticks_per_transaction() ticks of the queue's un-ticked events in this
+-- transaction (the queue's stream_tick_some); true when none are left. The maintenance pass calls
+-- it, each call its own transaction, until then. A queue dropped meanwhile has nothing left (the
+-- drop takes the queue's lock exclusively).
+DROP FUNCTION IF EXISTS s3p.stream_tick_some(text, int);
+CREATE OR REPLACE FUNCTION s3p.stream_tick_some(queue text) RETURNS boolean
 LANGUAGE plpgsql AS $$
 DECLARE
     schema text;
@@ -164,7 +171,8 @@ BEGIN
     IF NOT FOUND THEN
         RETURN true;
     END IF;
-    EXECUTE format('SELECT %I.stream_tick_some(false, $1)', schema) INTO done USING max_ticks;
+    EXECUTE format('SELECT %I.stream_tick_some(false, s3p.stream_ticks_per_transaction())', schema)
+        INTO done;
     RETURN done;
 END
 $$;

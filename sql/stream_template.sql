@@ -436,10 +436,10 @@ $fn$;
 -- Cuts ticks of what is visible now and the latest tick does not cover, each within the stream's
 -- tick_max_events and tick_max_bytes (or one empty tick with `force`), at most `max_ticks` of them
 -- (NULL: no limit); true when nothing visible is left un-ticked. The tick lock is held until this
--- transaction commits, so the maintenance pass cuts a backlog a few ticks per transaction
--- (s3p.stream_tick_some): a receive that needs a tick then waits behind those, not behind the whole
--- backlog (100 ticks in one transaction held it about 110 ms). The snapshot never counts this
--- transaction's own appends as visible.
+-- transaction commits, so maintenance cuts a backlog a few ticks per transaction
+-- (s3p.stream_ticks_per_transaction): a receive that needs a tick then waits behind those, not
+-- behind the whole backlog (100 ticks in one transaction held it about 110 ms). The snapshot never
+-- counts this transaction's own appends as visible.
 CREATE OR REPLACE FUNCTION __SCHEMA__.stream_tick_some(force boolean, max_ticks int) RETURNS boolean
 LANGUAGE plpgsql AS $fn$
 DECLARE
@@ -904,8 +904,10 @@ BEGIN
 END
 $fn$;
 
--- One maintenance step of the stream, in this order: tick un-ticked events (before this
--- transaction appends anything), seal segments switched in an earlier pass, move the due retries
+-- One maintenance step of the stream, in this order: cut a few ticks of un-ticked events (before
+-- this transaction appends anything; s3p.stream_ticks_per_transaction, as the gateway's pass cuts
+-- a backlog beforehand in transactions of their own, so no step holds the tick lock for a whole
+-- backlog), seal segments switched in an earlier pass, move the due retries
 -- into the log (one tick's worth), rotate when the current segment is older than retention / 2 and the next one is
 -- safe to truncate, and clean up old ticks and acked batches.
 CREATE OR REPLACE FUNCTION __SCHEMA__.stream_maintain()
@@ -924,7 +926,7 @@ DECLARE
     floor_tick bigint;
 BEGIN
     SELECT max(tick_id) INTO latest_before FROM __SCHEMA__.stream_ticks;
-    latest_after := __SCHEMA__.stream_tick();
+    PERFORM __SCHEMA__.stream_tick_some(false, s3p.stream_ticks_per_transaction());
 
     UPDATE __SCHEMA__.stream_segments g
        SET sealed_xid = pg_snapshot_xmax(pg_current_snapshot()), sealed_at = now()
@@ -938,8 +940,9 @@ BEGIN
            AND t.tick_id = (SELECT max(tick_id) FROM __SCHEMA__.stream_ticks)
            AND pg_snapshot_xmin(t.snapshot) < g.sealed_xid)
     THEN
-        latest_after := __SCHEMA__.stream_tick(true);
+        PERFORM __SCHEMA__.stream_tick_some(true, s3p.stream_ticks_per_transaction());
     END IF;
+    SELECT max(tick_id) INTO latest_after FROM __SCHEMA__.stream_ticks;
 
     -- Moving retries into the log is a write like any append: the shared lock. Only a rotation
     -- needs the exclusive one, and it never waits for it (see below).

@@ -19,11 +19,8 @@ pub(super) struct DueMarks {
     passes: u32,
 }
 
-/// The most ticks one transaction of a pass cuts (`s3p.stream_tick_some`): each takes about
-/// 1.5 ms for a 1,000-event tick, under the tick lock a receive that needs a tick waits for.
-const TICKS_PER_TRANSACTION: i32 = 4;
-/// The most such transactions one queue's step runs in a pass (4,000 ticks); receives cut the
-/// rest on demand, and the next pass goes on.
+/// The most transactions of a few ticks each (`s3p.stream_tick_some`) one queue's step runs in a
+/// pass (4,000 ticks); receives cut the rest on demand, and the next pass goes on.
 const TICK_TRANSACTIONS: usize = 1_000;
 
 /// One row of `s3p.maintain_queue`.
@@ -103,11 +100,10 @@ async fn maintain_one_queue(
     batch: i32,
     report: &mut MaintenanceReport,
 ) -> Result<(), CoreError> {
-    // Un-ticked stream events first, a few ticks per transaction (see TICKS_PER_TRANSACTION).
+    // Un-ticked stream events first, a few ticks per transaction.
     for _ in 0..TICK_TRANSACTIONS {
-        let done: bool = sqlx::query_scalar("SELECT s3p.stream_tick_some($1, $2)")
+        let done: bool = sqlx::query_scalar("SELECT s3p.stream_tick_some($1)")
             .bind(queue)
-            .bind(TICKS_PER_TRANSACTION)
             .fetch_one(&mut *conn)
             .await
             .map_err(map_db_error)?;

@@ -3125,10 +3125,11 @@ async fn sql_appends_without_an_id_get_a_uuid_v7() {
     app.stop().await;
 }
 
-/// A maintenance pass cuts a backlog a few ticks per transaction (four), so a receive that needs
-/// a tick waits behind at most those, never behind the whole backlog's cut: twelve one-event
-/// transactions, one event per tick, are cut by `pgvs3 maintain --once` in at least three
-/// transactions, and all of them are cut.
+/// Maintenance cuts a backlog a few ticks per transaction (four), so a receive that needs a tick
+/// waits behind at most those, never behind the whole backlog's cut: of twelve one-event
+/// transactions (one event per tick), a queue's step alone (`s3p.maintain`, SQL) cuts four, and
+/// the gateway's pass (`pgvs3 maintain --once`) cuts the rest four per transaction; all are
+/// delivered once.
 #[tokio::test]
 async fn maintenance_cuts_a_backlog_a_few_ticks_per_transaction() {
     let app = spawn_quiet().await;
@@ -3140,6 +3141,25 @@ async fn maintenance_cuts_a_backlog_a_few_ticks_per_transaction() {
     for i in 0..12 {
         api.append(q, "backlog.one", json!({"i": i})).await;
     }
+    let mut conn = db(&app).await;
+    let schema = queue_schema(&mut conn, q).await;
+    let cut = format!(
+        "SELECT coalesce(sum(n), 0)::bigint, count(*), coalesce(max(n), 0)::bigint
+           FROM (SELECT xmin::text, count(*) AS n FROM \"{schema}\".stream_ticks
+                  WHERE added > 0 GROUP BY 1) cut"
+    );
+    let ran: bool = sqlx::query_scalar("SELECT ran FROM s3p.maintain(86400000, 1000)")
+        .fetch_one(&mut conn)
+        .await
+        .expect("a pass in SQL");
+    assert!(ran, "the SQL pass ran");
+    let (ticks, transactions, _): (i64, i64, i64) =
+        sqlx::query_as(sqlx::AssertSqlSafe(cut.clone()))
+            .fetch_one(&mut conn)
+            .await
+            .expect("ticks by cutting transaction");
+    assert_eq!((ticks, transactions), (4, 1), "a step cuts four ticks");
+
     let output = std::process::Command::new(env!("CARGO_BIN_EXE_pgvs3"))
         .args(["maintain", "--once", "--database-url", &app.database_url])
         .env("NO_COLOR", "1")
@@ -3150,14 +3170,7 @@ async fn maintenance_cuts_a_backlog_a_few_ticks_per_transaction() {
         "pgvs3 maintain --once: {}",
         String::from_utf8_lossy(&output.stderr)
     );
-    let mut conn = db(&app).await;
-    let schema = queue_schema(&mut conn, q).await;
-    let (ticks, transactions, largest): (i64, i64, i64) =
-        sqlx::query_as(sqlx::AssertSqlSafe(format!(
-            "SELECT coalesce(sum(n), 0)::bigint, count(*), coalesce(max(n), 0)::bigint
-               FROM (SELECT xmin::text, count(*) AS n FROM \"{schema}\".stream_ticks
-                      WHERE added > 0 GROUP BY 1) cut"
-        )))
+    let (ticks, transactions, largest): (i64, i64, i64) = sqlx::query_as(sqlx::AssertSqlSafe(cut))
         .fetch_one(&mut conn)
         .await
         .expect("ticks by cutting transaction");
