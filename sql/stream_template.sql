@@ -476,16 +476,63 @@ BEGIN
 END
 $fn$;
 
+-- Cuts ticks for a receive that answered 'tick_needed', in this transaction of its own: while
+-- the ticks after `after` hold fewer than `max_events` events (NULL: the stream's
+-- tick_max_events) and `max_bytes` bytes, each tick within those bounds and the stream's (as a
+-- receive cuts them), at most 100. Nothing when another transaction cut past `after` meanwhile.
+-- Its commit need not wait for the WAL flush: a receive that delivers from these ticks commits
+-- later with a flush, which covers this commit (the WAL is flushed in order), and nothing else
+-- reads them before a restart.
+CREATE OR REPLACE FUNCTION __SCHEMA__.stream_tick_for(after bigint, max_events int, max_bytes bigint)
+RETURNS void
+LANGUAGE plpgsql AS $fn$
+DECLARE
+    cfg __SCHEMA__.stream_config;
+    wanted bigint;
+    cut_events bigint;
+    cut_bytes bigint;
+    n bigint := 0;
+    bytes bigint := 0;
+    made record;
+    added record;
+BEGIN
+    PERFORM set_config('synchronous_commit', 'off', true);
+    PERFORM __SCHEMA__.stream_lock(false);
+    PERFORM __SCHEMA__.stream_lock_ticks(true);
+    IF EXISTS (SELECT 1 FROM __SCHEMA__.stream_ticks t WHERE t.tick_id > after) THEN
+        RETURN;
+    END IF;
+    SELECT * INTO cfg FROM __SCHEMA__.stream_config;
+    wanted := coalesce(max_events, cfg.tick_max_events);
+    cut_events := least(wanted, cfg.tick_max_events);
+    cut_bytes := least(max_bytes, cfg.tick_max_bytes);
+    FOR i IN 1..100 LOOP
+        SELECT * INTO made FROM __SCHEMA__.stream_cut(cut_events, cut_bytes, __SCHEMA__.stream_snapshot(), false);
+        EXIT WHEN made.tick IS NULL;
+        SELECT t.added, t.added_bytes INTO added FROM __SCHEMA__.stream_ticks t WHERE t.tick_id = made.tick;
+        n := n + coalesce(added.added, 0);
+        bytes := bytes + coalesce(added.added_bytes, 0);
+        EXIT WHEN made.complete OR n >= wanted OR bytes >= max_bytes;
+    END LOOP;
+END
+$fn$;
+
 -- Receives the next batch for a consumer (or a cooperative member): the active batch again if
 -- there is one; else the events from the cursor tick to the next tick, merging further ticks while
 -- the total stays within `max_events` events (NULL: the stream's tick_max_events) and `max_bytes`
 -- bytes (s3p.stream_event_bytes). A next tick alone over either raises PV413 (DETAIL: its events
 -- and bytes as JSON) and changes nothing. Past the newest tick it cuts ticks on demand, each
 -- within the receive's bounds and the stream's tick bounds. Empty ranges move the cursor. Returns
--- no rows when there is nothing to deliver.
+-- no rows when there is nothing to deliver. Without `cut_ticks`, on a stream with other
+-- subscriptions, it cuts none: where it would cut one it answers a single row with state
+-- 'tick_needed' (no batch id) instead, and the caller cuts in a transaction of its own
+-- (stream_tick_for) and asks again, so the other consumers of that tick wait for the cut only,
+-- not for this receive's read and commit.
 DROP FUNCTION IF EXISTS __SCHEMA__.stream_receive(text, text, int, uuid);
+DROP FUNCTION IF EXISTS __SCHEMA__.stream_receive(text, text, int, uuid, bigint);
 CREATE OR REPLACE FUNCTION __SCHEMA__.stream_receive(name text, member_name text, max_events int, new_batch uuid,
-                                                     max_bytes bigint DEFAULT 16777216)
+                                                     max_bytes bigint DEFAULT 16777216,
+                                                     cut_ticks boolean DEFAULT true)
 RETURNS TABLE (batch_id uuid, consumer text, member text, start_tick bigint, end_tick bigint,
                state text, batch_created_at timestamptz, seq bigint, event_id uuid, type text,
                payload jsonb, headers jsonb, retry_count int, created_at timestamptz)
@@ -547,6 +594,9 @@ BEGIN
     ELSE
         cursor_tick := sub.last_tick;
     END IF;
+    -- With no other subscription, no other consumer waits for a tick this receive cuts: it cuts
+    -- here (a transaction of its own would only add two statements to this consumer's path).
+    cut_ticks := cut_ticks OR NOT EXISTS (SELECT 1 FROM __SCHEMA__.stream_subscriptions s WHERE s.consumer <> name);
 
     LOOP
         SELECT t.snapshot INTO cursor_snap FROM __SCHEMA__.stream_ticks t WHERE t.tick_id = cursor_tick;
@@ -557,6 +607,12 @@ BEGIN
             -- On-demand tick: only when there is something new to deliver, and unless another
             -- receive cut one while this one waited for the tick lock.
             IF NOT EXISTS (SELECT 1 FROM __SCHEMA__.stream_between(cursor_snap, __SCHEMA__.stream_snapshot(), name)) THEN
+                RETURN;
+            END IF;
+            IF NOT cut_ticks THEN
+                RETURN QUERY SELECT NULL::uuid, name, who, cursor_tick, NULL::bigint, 'tick_needed'::text,
+                                    NULL::timestamptz, NULL::bigint, NULL::uuid, NULL::text, NULL::jsonb,
+                                    NULL::jsonb, NULL::int, NULL::timestamptz;
                 RETURN;
             END IF;
             PERFORM __SCHEMA__.stream_lock_ticks(true);
@@ -612,9 +668,17 @@ BEGIN
              WHERE t.tick_id > end_tick_id ORDER BY t.tick_id LIMIT 1;
             IF NOT FOUND THEN
                 -- Past the newest tick with room left: cut the next one, unless another
-                -- transaction is cutting (then this batch ends here).
-                EXIT WHEN n >= limit_events OR bytes >= max_bytes
-                       OR NOT __SCHEMA__.stream_lock_ticks(false);
+                -- transaction is cutting (then this batch ends here). Without `cut_ticks`, ask the
+                -- caller to cut it when there is something to cut.
+                EXIT WHEN n >= limit_events OR bytes >= max_bytes;
+                IF NOT cut_ticks THEN
+                    EXIT WHEN NOT EXISTS (SELECT 1 FROM __SCHEMA__.stream_between(end_snap, __SCHEMA__.stream_snapshot(), name));
+                    RETURN QUERY SELECT NULL::uuid, name, who, end_tick_id, NULL::bigint, 'tick_needed'::text,
+                                        NULL::timestamptz, NULL::bigint, NULL::uuid, NULL::text, NULL::jsonb,
+                                        NULL::jsonb, NULL::int, NULL::timestamptz;
+                    RETURN;
+                END IF;
+                EXIT WHEN NOT __SCHEMA__.stream_lock_ticks(false);
                 SELECT * INTO made FROM __SCHEMA__.stream_cut(cut_events, cut_bytes, __SCHEMA__.stream_snapshot(), false);
                 EXIT WHEN made.tick IS NULL;
                 CONTINUE;

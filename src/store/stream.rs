@@ -95,6 +95,21 @@ fn column<T: sqlx::Type<sqlx::Postgres>>(row: &PgRow, name: &str) -> Result<usiz
     Ok(column.ordinal())
 }
 
+/// Receives on the queue's own schema before one cuts its tick itself (`stream_receive`).
+const RECEIVE_ATTEMPTS: u32 = 3;
+
+/// The cursor tick of a receive that answered `tick_needed` (it cut no tick; the caller does).
+fn tick_needed(rows: &[PgRow]) -> Result<Option<i64>, sqlx::Error> {
+    let [row] = rows else {
+        return Ok(None);
+    };
+    let state: Option<String> = row.try_get("state")?;
+    if state.as_deref() != Some("tick_needed") {
+        return Ok(None);
+    }
+    row.try_get("start_tick")
+}
+
 /// An append's error: a payload the core passed that jsonb still cannot hold (a number past
 /// numeric's exponent range, nesting past PostgreSQL's stack) is the caller's 400, not a 500.
 fn append_error(error: sqlx::Error) -> CoreError {
@@ -301,7 +316,11 @@ impl Store {
         .map_err(map_db_error)
     }
 
-    /// The queue's `stream_receive` with a fresh batch id (see `routed`).
+    /// The queue's `stream_receive` with a fresh batch id (see `routed`). On the queue's own
+    /// schema a tick it needs is cut first in a transaction of its own (`stream_tick_for`), so
+    /// other consumers of that tick wait for the cut only, not for this receive's read and commit:
+    /// the receive answers `tick_needed` instead of cutting, the tick is cut, the receive runs
+    /// again (and, should it still find none, a third time cutting itself).
     #[tracing::instrument(name = "db", skip_all, fields(op = "stream_receive"))]
     pub async fn stream_receive(
         &self,
@@ -312,31 +331,57 @@ impl Store {
         max_bytes: i64,
     ) -> Result<Option<Batch>, CoreError> {
         let rows: Result<Vec<PgRow>, sqlx::Error> = self
-            .routed(queue, |schema| {
-                // The queue goes last, where only the catalog's wrapper reads it.
-                let sql = match &schema {
-                    Some(schema) => format!(
-                        "SELECT batch_id, consumer AS consumer_name, member AS member_name,
-                                start_tick, end_tick, state, batch_created_at, seq, event_id, type,
-                                payload, headers, retry_count, created_at
-                           FROM {schema}.stream_receive($1, $2, $3, $4, $5)"
-                    ),
-                    None => "SELECT * FROM s3p.stream_receive($6, $1, $2, $3, $4, $5)".into(),
+            .routed(queue, |schema| async move {
+                let Some(schema) = schema else {
+                    // The queue goes last, where only the catalog's wrapper reads it.
+                    return self
+                        .retry_conflicts(|| {
+                            sqlx::query("SELECT * FROM s3p.stream_receive($6, $1, $2, $3, $4, $5)")
+                                .bind(consumer)
+                                .bind(member)
+                                .bind(max)
+                                .bind(Uuid::now_v7())
+                                .bind(max_bytes)
+                                .bind(queue)
+                                .fetch_all(self.pool())
+                        })
+                        .await;
                 };
-                self.retry_conflicts(move || {
-                    let query = sqlx::query(AssertSqlSafe(sql.clone()))
-                        .bind(consumer)
-                        .bind(member)
-                        .bind(max)
-                        .bind(Uuid::now_v7())
-                        .bind(max_bytes);
-                    let query = if schema.is_none() {
-                        query.bind(queue)
-                    } else {
-                        query
+                let receive = format!(
+                    "SELECT batch_id, consumer AS consumer_name, member AS member_name,
+                            start_tick, end_tick, state, batch_created_at, seq, event_id, type,
+                            payload, headers, retry_count, created_at
+                       FROM {schema}.stream_receive($1, $2, $3, $4, $5, $6)"
+                );
+                let tick = format!("SELECT {schema}.stream_tick_for($1, $2, $3)");
+                let mut attempt = 0;
+                loop {
+                    attempt += 1;
+                    let cut_ticks = attempt == RECEIVE_ATTEMPTS;
+                    let rows = self
+                        .retry_conflicts(|| {
+                            sqlx::query(AssertSqlSafe(receive.clone()))
+                                .bind(consumer)
+                                .bind(member)
+                                .bind(max)
+                                .bind(Uuid::now_v7())
+                                .bind(max_bytes)
+                                .bind(cut_ticks)
+                                .fetch_all(self.pool())
+                        })
+                        .await?;
+                    let Some(after) = tick_needed(&rows)?.filter(|_| !cut_ticks) else {
+                        return Ok(rows);
                     };
-                    query.fetch_all(self.pool())
-                })
+                    self.retry_conflicts(|| {
+                        sqlx::query(AssertSqlSafe(tick.clone()))
+                            .bind(after)
+                            .bind(max)
+                            .bind(max_bytes)
+                            .execute(self.pool())
+                    })
+                    .await?;
+                }
             })
             .await?;
         batch(&rows.map_err(receive_error)?).map_err(map_db_error)

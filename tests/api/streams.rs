@@ -3180,3 +3180,51 @@ async fn maintenance_cuts_a_backlog_a_few_ticks_per_transaction() {
     let drained = api.drain(q, "c", 100).await;
     assert_eq!(all_ids(&drained).len(), 12, "all delivered once");
 }
+
+/// On a stream with other subscriptions, a receive past the newest tick has that tick cut in a
+/// transaction of its own before its own (the spec's "own short transaction"), so the other
+/// consumers of the tick wait for the cut only, not for this receive's read and commit: the tick
+/// and the batch delivered from it were written by different transactions. A stream's only
+/// consumer cuts its tick in its receive (nobody waits on it; two more statements would only
+/// slow it).
+#[tokio::test]
+async fn a_receive_cuts_its_tick_in_a_transaction_of_its_own() {
+    let app = spawn_quiet().await;
+    let api = Api::new(&app);
+    let writers = |q: &'static str, batch: String| {
+        let app = &app;
+        async move {
+            let mut conn = db(app).await;
+            let schema = queue_schema(&mut conn, q).await;
+            let (tick, batch): (String, String) = sqlx::query_as(sqlx::AssertSqlSafe(format!(
+                "SELECT t.xmin::text, b.xmin::text
+                   FROM \"{schema}\".stream_batches b
+                   JOIN \"{schema}\".stream_ticks t ON t.tick_id = b.end_tick
+                  WHERE b.batch_id = $1::uuid"
+            )))
+            .bind(&batch)
+            .fetch_one(&mut conn)
+            .await
+            .expect("the batch and its end tick");
+            (tick, batch)
+        }
+    };
+    for (q, others) in [("own-tick", true), ("only-consumer", false)] {
+        api.subscribe(q, "c", None, false).await;
+        if others {
+            api.subscribe(q, "other", None, false).await;
+        }
+        let (id, _) = api.append(q, "own.one", json!({"n": 1})).await;
+        let batch = api.receive(q, "c", 10).await;
+        assert_eq!(all_ids(std::slice::from_ref(&batch)), vec![id], "{batch}");
+        let (tick, batch) = writers(q, batch_id(&batch).expect("a batch")).await;
+        if others {
+            assert_ne!(
+                tick, batch,
+                "the tick was cut by the receive's own transaction"
+            );
+        } else {
+            assert_eq!(tick, batch, "the only consumer cut its tick in its receive");
+        }
+    }
+}
