@@ -476,6 +476,18 @@ BEGIN
 END
 $fn$;
 
+-- A receive's bounds: the most events it takes (`max_events`, NULL: the stream's tick_max_events),
+-- and the ticks it cuts, within those and the stream's tick bounds (whether the receive cuts them
+-- itself or stream_tick_for does for it).
+CREATE OR REPLACE FUNCTION __SCHEMA__.stream_receive_bounds(cfg __SCHEMA__.stream_config, max_events int,
+                                                            max_bytes bigint, OUT limit_events bigint,
+                                                            OUT cut_events bigint, OUT cut_bytes bigint)
+LANGUAGE sql IMMUTABLE AS $fn$
+    SELECT coalesce(max_events, cfg.tick_max_events)::bigint,
+           least(coalesce(max_events, cfg.tick_max_events), cfg.tick_max_events)::bigint,
+           least(max_bytes, cfg.tick_max_bytes)
+$fn$;
+
 -- Cuts ticks for a receive that answered 'tick_needed', in this transaction of its own: while
 -- the ticks after `after` hold fewer than `max_events` events (NULL: the stream's
 -- tick_max_events) and `max_bytes` bytes, each tick within those bounds and the stream's (as a
@@ -503,9 +515,8 @@ BEGIN
         RETURN;
     END IF;
     SELECT * INTO cfg FROM __SCHEMA__.stream_config;
-    wanted := coalesce(max_events, cfg.tick_max_events);
-    cut_events := least(wanted, cfg.tick_max_events);
-    cut_bytes := least(max_bytes, cfg.tick_max_bytes);
+    SELECT b.limit_events, b.cut_events, b.cut_bytes INTO wanted, cut_events, cut_bytes
+      FROM __SCHEMA__.stream_receive_bounds(cfg, max_events, max_bytes) b;
     FOR i IN 1..100 LOOP
         SELECT * INTO made FROM __SCHEMA__.stream_cut(cut_events, cut_bytes, __SCHEMA__.stream_snapshot(), false);
         EXIT WHEN made.tick IS NULL;
@@ -557,9 +568,8 @@ DECLARE
 BEGIN
     PERFORM __SCHEMA__.stream_lock(false);
     SELECT * INTO cfg FROM __SCHEMA__.stream_config;
-    limit_events := coalesce(max_events, cfg.tick_max_events);
-    cut_events := least(limit_events, cfg.tick_max_events);
-    cut_bytes := least(max_bytes, cfg.tick_max_bytes);
+    SELECT b.limit_events, b.cut_events, b.cut_bytes INTO limit_events, cut_events, cut_bytes
+      FROM __SCHEMA__.stream_receive_bounds(cfg, max_events, max_bytes) b;
     SELECT * INTO sub FROM __SCHEMA__.stream_subscriptions s WHERE s.consumer = name FOR UPDATE;
     IF NOT FOUND THEN
         RAISE EXCEPTION 'consumer % not found', name USING ERRCODE = 'PV404';
