@@ -538,6 +538,13 @@ BEGIN
 END
 $$;
 
+-- How long the queue `q` keeps its terminal jobs (ms): its own `job_retention_ms`, else the
+-- gateway's default.
+CREATE OR REPLACE FUNCTION s3p.job_retention_ms(q s3p.queues, default_retention_ms bigint) RETURNS bigint
+LANGUAGE sql IMMUTABLE AS $$
+    SELECT coalesce((q.settings->>'job_retention_ms')::bigint, default_retention_ms)
+$$;
+
 -- One queue's maintenance step, in its own transaction when called alone: stream ticks,
 -- retries, seal and rotation, then the job steps (leases, TTL, retention), whose row locks last
 -- only until this queue's step commits — a fetch skips locked rows. NOTIFYs wake what it freed.
@@ -563,12 +570,12 @@ BEGIN
     END IF;
     EXECUTE format('SELECT * FROM %I.maintain($1, $2)', q.schema_name)
         INTO r
-        USING coalesce((q.settings->>'job_retention_ms')::bigint, default_retention_ms), batch;
+        USING s3p.job_retention_ms(q, default_retention_ms), batch;
     IF r.released > 0 THEN
         PERFORM pg_notify('s3p_jobs', q.name);
     END IF;
     EXECUTE format('SELECT %I.next_due($1)', q.schema_name) INTO due
-        USING coalesce((q.settings->>'job_retention_ms')::bigint, default_retention_ms);
+        USING s3p.job_retention_ms(q, default_retention_ms);
     UPDATE s3p.queues x
        SET maintain_after = least(due, now() + interval '20 minutes' + random() * interval '20 minutes')
      WHERE x.name = queue;
@@ -604,14 +611,22 @@ $$;
 ALTER TABLE s3p.queues ADD COLUMN IF NOT EXISTS maintain_after timestamptz;
 
 -- Brings the due time of each named queue forward to its mark (never back), one row at a time in
--- name order, so concurrent markers take the rows in one order.
-CREATE OR REPLACE FUNCTION s3p.mark_queues_due(names text[], dues timestamptz[]) RETURNS void
+-- name order, so concurrent markers take the rows in one order. A mark is a time (`dues`), or the
+-- time a job ended (`finished`): due when the queue's retention removes it, so a stream of acks
+-- does not step the queue on every pass.
+DROP FUNCTION IF EXISTS s3p.mark_queues_due(text[], timestamptz[]);
+CREATE OR REPLACE FUNCTION s3p.mark_queues_due(names text[], dues timestamptz[], finished timestamptz[],
+                                               default_retention_ms bigint) RETURNS void
 LANGUAGE plpgsql AS $$
 DECLARE
     m record;
 BEGIN
-    FOR m IN SELECT t.name, min(t.due) AS due FROM unnest(names, dues) AS t(name, due)
-              GROUP BY t.name ORDER BY t.name LOOP
+    FOR m IN SELECT c.name,
+                    least(min(t.due), min(t.finished) + make_interval(
+                        secs => s3p.job_retention_ms(c, default_retention_ms) / 1000.0)) AS due
+               FROM unnest(names, dues, finished) AS t(name, due, finished)
+               JOIN s3p.queues c ON c.name = t.name
+              GROUP BY c.name ORDER BY c.name LOOP
         UPDATE s3p.queues q SET maintain_after = m.due
          WHERE q.name = m.name AND q.maintain_after > m.due;
     END LOOP;

@@ -6,6 +6,27 @@ use super::{Store, map_db_error};
 use crate::model::error::CoreError;
 use crate::model::job::{Job, JobState, MaintenanceReport};
 
+/// When a queue's maintenance is due, by what this gateway saw (the earliest of each kind).
+#[derive(Default, Clone, Copy)]
+struct DueMark {
+    /// A time the queue has work (a lease end, a TTL, a retry).
+    at: Option<DateTime<Utc>>,
+    /// When one of its jobs ended: due once the queue's retention has passed (known in SQL).
+    finished: Option<DateTime<Utc>>,
+}
+
+impl DueMark {
+    /// Keeps the earlier time of each kind.
+    fn merge(&mut self, other: DueMark) {
+        let earliest = |a: Option<DateTime<Utc>>, b: Option<DateTime<Utc>>| match (a, b) {
+            (Some(a), Some(b)) => Some(a.min(b)),
+            (a, b) => a.or(b),
+        };
+        self.at = earliest(self.at, other.at);
+        self.finished = earliest(self.finished, other.finished);
+    }
+}
+
 /// One maintenance pass in this many also steps through queues whose jobs table waits for a
 /// vacuum (with the default 500 ms interval, every 10 s).
 const VACUUM_LOOK_EVERY: u32 = 20;
@@ -14,7 +35,7 @@ const VACUUM_LOOK_EVERY: u32 = 20;
 /// until the maintenance loop hands them to `s3p.mark_queues_due`.
 #[derive(Default)]
 pub(super) struct DueMarks {
-    by_queue: std::collections::HashMap<String, DateTime<Utc>>,
+    by_queue: std::collections::HashMap<String, DueMark>,
     /// Passes since the last look for jobs tables that wait for a vacuum.
     passes: u32,
 }
@@ -58,26 +79,40 @@ async fn vacuum_if_due(
     Ok(())
 }
 
-/// The steps of a pass whose lock is held: each due queue in its own transaction (and, with
-/// `with_vacuum`, each whose jobs table waits for a vacuum), then the shared step.
+/// Which jobs tables a pass looks at for a vacuum, beside those of the queues it steps.
+struct VacuumLook<'a> {
+    /// Every queue's (`s3p.due_queues(true)`), one pass in VACUUM_LOOK_EVERY.
+    every_queue: bool,
+    /// The queues this gateway marked since its last pass: their claims and acks leave dead row
+    /// versions, which claims walk past until a vacuum.
+    marked: &'a [String],
+}
+
+/// The steps of a pass whose lock is held: each due queue in its own transaction (and each
+/// whose jobs table waits for a vacuum, by `look`), then the shared step.
 async fn maintenance_pass(
     conn: &mut sqlx::PgConnection,
     retention_ms: i64,
     batch: i32,
-    with_vacuum: bool,
+    look: VacuumLook<'_>,
     report: &mut MaintenanceReport,
 ) -> Result<(), CoreError> {
     let queues: Vec<String> = sqlx::query_scalar("SELECT s3p.due_queues($1)")
-        .bind(with_vacuum)
+        .bind(look.every_queue)
         .fetch_all(&mut *conn)
         .await
         .map_err(map_db_error)?;
     report.queues_stepped = queues.len() as i64;
     // One queue's failure is that queue's alone: logged, counted, and the pass goes on.
-    for queue in queues {
-        if let Err(error) = maintain_one_queue(conn, &queue, retention_ms, batch, report).await {
+    for queue in &queues {
+        if let Err(error) = maintain_one_queue(conn, queue, retention_ms, batch, report).await {
             tracing::warn!(queue, %error, "maintenance of a queue failed");
-            report.failed_steps.push(queue);
+            report.failed_steps.push(queue.clone());
+        }
+    }
+    for queue in look.marked.iter().filter(|q| !queues.contains(q)) {
+        if let Err(error) = vacuum_if_due(conn, queue, report).await {
+            tracing::warn!(queue, %error, "the vacuum look at a queue failed");
         }
     }
     let shared = sqlx::query("SELECT s3p.maintain_shared($1)")
@@ -141,9 +176,13 @@ impl Store {
         batch: i32,
     ) -> Result<MaintenanceReport, CoreError> {
         // Every writable gateway hands over its marks, whether or not it runs the pass.
-        if let Err(error) = self.flush_due_marks().await {
-            tracing::warn!(%error, "marking queues due for maintenance failed");
-        }
+        let marked = self
+            .flush_due_marks(retention_ms)
+            .await
+            .unwrap_or_else(|error| {
+                tracing::warn!(%error, "marking queues due for maintenance failed");
+                Vec::new()
+            });
         // Looking for jobs tables that wait for a vacuum reads every queue's statistics: one
         // pass in VACUUM_LOOK_EVERY does it.
         let with_vacuum = match self.due_marks.lock() {
@@ -166,7 +205,11 @@ impl Store {
         if !held {
             return Ok(report);
         }
-        let pass = maintenance_pass(&mut conn, retention_ms, batch, with_vacuum, &mut report).await;
+        let look = VacuumLook {
+            every_queue: with_vacuum,
+            marked: &marked,
+        };
+        let pass = maintenance_pass(&mut conn, retention_ms, batch, look, &mut report).await;
         let unlocked = sqlx::query("SELECT pg_advisory_unlock(hashtext('s3p.maintain'))")
             .execute(&mut *conn)
             .await;
@@ -179,51 +222,89 @@ impl Store {
 
     /// Records that `queue` has maintenance work due at `at` (a lease end, a TTL, a retry).
     pub(super) fn mark_due(&self, queue: &str, at: DateTime<Utc>) {
+        self.mark(
+            queue,
+            DueMark {
+                at: Some(at),
+                finished: None,
+            },
+        );
+    }
+
+    /// Records that a job of `queue` ended at `at`: its removal is due after the queue's retention.
+    pub(super) fn mark_finished(&self, queue: &str, at: DateTime<Utc>) {
+        self.mark(
+            queue,
+            DueMark {
+                at: None,
+                finished: Some(at),
+            },
+        );
+    }
+
+    fn mark(&self, queue: &str, due: DueMark) {
         if let Ok(mut marks) = self.due_marks.lock() {
-            let due = marks.by_queue.entry(queue.to_string()).or_insert(at);
-            *due = (*due).min(at);
+            match marks.by_queue.get_mut(queue) {
+                Some(mark) => mark.merge(due),
+                None => {
+                    marks.by_queue.insert(queue.to_string(), due);
+                }
+            }
         }
     }
 
-    /// Marks the queues of `jobs`: at the lease end of active ones, else now (a transition the
-    /// queue's next step may have work from: retention, retries, workflow steps).
+    /// Marks the queues of `jobs`: at the lease end of active ones, the end of terminal ones, else
+    /// now (a transition the queue's next step may have work from: retries, workflow steps).
     pub(super) fn mark_jobs<'a>(&self, jobs: impl IntoIterator<Item = &'a Job>) {
         let now = Utc::now();
         for job in jobs {
-            let at = match job.state {
-                JobState::Active => job.lease_expires_at.unwrap_or(now),
-                _ => now,
-            };
-            self.mark_due(&job.queue, at);
+            match job.state {
+                JobState::Active => self.mark_due(&job.queue, job.lease_expires_at.unwrap_or(now)),
+                JobState::Completed | JobState::Cancelled | JobState::Discarded => {
+                    let ended = job.completed_at.or(job.cancelled_at).unwrap_or(now);
+                    self.mark_finished(&job.queue, ended)
+                }
+                _ => self.mark_due(&job.queue, now),
+            }
         }
     }
 
-    /// Hands the marks to the database (every writable gateway, each maintenance interval).
-    async fn flush_due_marks(&self) -> Result<(), CoreError> {
+    /// Hands the marks to the database (every writable gateway, each maintenance interval) and
+    /// names the queues marked; `retention_ms` is the retention of queues without their own.
+    async fn flush_due_marks(&self, retention_ms: i64) -> Result<Vec<String>, CoreError> {
         let marks = match self.due_marks.lock() {
             Ok(mut marks) => std::mem::take(&mut marks.by_queue),
-            Err(_) => return Ok(()),
+            Err(_) => return Ok(Vec::new()),
         };
         if marks.is_empty() {
-            return Ok(());
+            return Ok(Vec::new());
         }
-        let (names, dues): (Vec<String>, Vec<DateTime<Utc>>) = marks.into_iter().unzip();
+        let mut names = Vec::with_capacity(marks.len());
+        let mut dues = Vec::with_capacity(marks.len());
+        let mut finished = Vec::with_capacity(marks.len());
+        for (queue, due) in &marks {
+            names.push(queue.as_str());
+            dues.push(due.at);
+            finished.push(due.finished);
+        }
         let flushed = self
             .retry_conflicts(|| {
-                sqlx::query("SELECT s3p.mark_queues_due($1, $2)")
+                sqlx::query("SELECT s3p.mark_queues_due($1, $2, $3, $4)")
                     .bind(&names)
                     .bind(&dues)
+                    .bind(&finished)
+                    .bind(retention_ms)
                     .execute(&self.pool)
             })
             .await;
         if let Err(error) = flushed {
             // The database was away (a restart, a failover): keep the marks for the next pass,
             // else a lease that ends meanwhile waits for the slow look at every queue.
-            for (queue, at) in names.iter().zip(dues) {
-                self.mark_due(queue, at);
+            for (queue, due) in &marks {
+                self.mark(queue, *due);
             }
             return Err(map_db_error(error));
         }
-        Ok(())
+        Ok(marks.into_keys().collect())
     }
 }

@@ -396,10 +396,10 @@ impl Store {
         items: Vec<AckItem>,
     ) -> Result<Vec<Result<Completion, CoreError>>, CoreError> {
         let outcomes = self.grouped.ack::<Completion>(items).await?;
-        // A completion is terminal: the queue's maintenance is due now, as after any ack.
+        // A completion is terminal: the queue's step removes it after the queue's retention.
         let now = Utc::now();
         for done in outcomes.iter().flatten() {
-            self.mark_due(&done.queue, now);
+            self.mark_finished(&done.queue, done.completed_at.unwrap_or(now));
         }
         Ok(outcomes)
     }

@@ -985,6 +985,68 @@ async fn maintenance_steps_only_through_queues_with_due_work() {
     );
 }
 
+/// Acks do not make their queue due: a completed job is due for removal only when the queue's
+/// retention has passed (a day here), so a queue worked off steadily is not stepped on every pass.
+/// (`retention_removes_terminal_jobs_and_frees_their_ids` covers a short retention.)
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn acks_make_their_queue_due_only_at_its_retention() {
+    let app =
+        common::spawn_app_with(|s| s.maintenance_interval = Some(Duration::from_millis(100))).await;
+    let http = reqwest::Client::new();
+    let base = app.http_url.clone();
+    let post = |path: &str, body: Value| {
+        let request = http.post(format!("{base}{path}")).json(&body);
+        async move {
+            let response = request.send().await.expect("send");
+            let status = response.status();
+            let text = response.text().await.expect("body");
+            assert!(status.is_success(), "{status}: {text}");
+            serde_json::from_str::<Value>(&text).expect("json")
+        }
+    };
+    let jobs: Vec<Value> = (0..15)
+        .map(|n| json!({"type": "steady.job", "args": [n], "options": {"queue": "steady"}}))
+        .collect();
+    post("/ojs/v1/jobs/batch", json!({"jobs": jobs})).await;
+    // The new queue is due once.
+    let deadline = std::time::Instant::now() + Duration::from_secs(20);
+    while counter(&http, &base, "pgvs3_maintenance_queue_steps_total").await < 1 {
+        assert!(
+            std::time::Instant::now() < deadline,
+            "the new queue was never stepped"
+        );
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    let passes = counter(&http, &base, "pgvs3_maintenance_passes_total").await;
+    let steps = counter(&http, &base, "pgvs3_maintenance_queue_steps_total").await;
+    // Single acks and batch acks in turn (each marks its queue on its own path).
+    for n in 0..15 {
+        let fetched = post(
+            "/ojs/v1/workers/fetch",
+            json!({"queues": ["steady"], "count": 1, "visibility_timeout_ms": 60000}),
+        )
+        .await;
+        let ack = json!({"job_id": fetched["jobs"][0]["id"], "lease_token": fetched["jobs"][0]["lease_token"]});
+        if n % 2 == 0 {
+            post("/ojs/v1/workers/ack", ack).await;
+        } else {
+            let answer = post("/ojs/v1/workers/ack/batch", json!({"acks": [ack]})).await;
+            assert_eq!(answer["results"][0]["state"], "completed", "{answer}");
+        }
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    assert!(
+        counter(&http, &base, "pgvs3_maintenance_passes_total").await >= passes + 10,
+        "passes kept running"
+    );
+    assert_eq!(
+        counter(&http, &base, "pgvs3_maintenance_queue_steps_total").await,
+        steps,
+        "15 acks over as many passes stepped their queue"
+    );
+}
+
 /// The pool checks a connection that sat idle before it hands it out (it no longer pings before
 /// every statement): when PostgreSQL ends every connection of a gateway (a restart, an idle
 /// timeout, a proxy), the next requests are answered, not failed on a dead connection.
