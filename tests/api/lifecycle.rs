@@ -914,6 +914,21 @@ async fn counter(http: &reqwest::Client, base: &str, name: &str) -> u64 {
         .unwrap_or_else(|| panic!("no {name} in /metrics"))
 }
 
+/// Waits (up to 20 s) until the counter `name` reaches `at_least`, else fails saying `never`.
+async fn counter_reaches(
+    http: &reqwest::Client,
+    base: &str,
+    name: &str,
+    at_least: u64,
+    never: &str,
+) {
+    let deadline = std::time::Instant::now() + Duration::from_secs(20);
+    while counter(http, base, name).await < at_least {
+        assert!(std::time::Instant::now() < deadline, "{never}");
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+}
+
 /// A maintenance pass steps only through queues with due work: 40 queues holding a job each are
 /// stepped through once, then passes go by without visiting them; a claim whose lease runs out
 /// makes its queue due at the lease end, and the pass releases that lease (one queue stepped, not
@@ -934,14 +949,14 @@ async fn maintenance_steps_only_through_queues_with_due_work() {
         assert_eq!(response.status(), 201);
     }
     // Every new queue is due once.
-    let deadline = std::time::Instant::now() + Duration::from_secs(20);
-    while counter(&http, &base, "pgvs3_maintenance_queue_steps_total").await < 40 {
-        assert!(
-            std::time::Instant::now() < deadline,
-            "the new queues were never stepped"
-        );
-        tokio::time::sleep(Duration::from_millis(100)).await;
-    }
+    counter_reaches(
+        &http,
+        &base,
+        "pgvs3_maintenance_queue_steps_total",
+        40,
+        "the new queues were never stepped",
+    )
+    .await;
     let passes = counter(&http, &base, "pgvs3_maintenance_passes_total").await;
     let steps = counter(&http, &base, "pgvs3_maintenance_queue_steps_total").await;
     tokio::time::sleep(Duration::from_millis(1500)).await;
@@ -1009,14 +1024,14 @@ async fn acks_make_their_queue_due_only_at_its_retention() {
         .collect();
     post("/ojs/v1/jobs/batch", json!({"jobs": jobs})).await;
     // The new queue is due once.
-    let deadline = std::time::Instant::now() + Duration::from_secs(20);
-    while counter(&http, &base, "pgvs3_maintenance_queue_steps_total").await < 1 {
-        assert!(
-            std::time::Instant::now() < deadline,
-            "the new queue was never stepped"
-        );
-        tokio::time::sleep(Duration::from_millis(100)).await;
-    }
+    counter_reaches(
+        &http,
+        &base,
+        "pgvs3_maintenance_queue_steps_total",
+        1,
+        "the new queue was never stepped",
+    )
+    .await;
     let passes = counter(&http, &base, "pgvs3_maintenance_passes_total").await;
     let steps = counter(&http, &base, "pgvs3_maintenance_queue_steps_total").await;
     // Single acks and batch acks in turn (each marks its queue on its own path).
