@@ -433,6 +433,41 @@ BEGIN
 END
 $fn$;
 
+-- Cuts ticks after the latest, each within `cut_events` events and `cut_bytes` bytes (the first
+-- even when nothing is new, with `force`), until they cover what is visible now (then true), or
+-- `max_ticks` ticks are cut, or the ticks cut add up to `want_events` events or `want_bytes` bytes
+-- (NULL: no such limit). The caller holds the stream's lock and its tick lock.
+CREATE OR REPLACE FUNCTION __SCHEMA__.stream_cut_some(cut_events bigint, cut_bytes bigint, force boolean,
+                                                      max_ticks int, want_events bigint, want_bytes bigint)
+RETURNS boolean
+LANGUAGE plpgsql AS $fn$
+DECLARE
+    now_snap pg_snapshot := __SCHEMA__.stream_snapshot();
+    made record;
+    added record;
+    cut int := 0;
+    n bigint := 0;
+    bytes bigint := 0;
+BEGIN
+    LOOP
+        SELECT * INTO made FROM __SCHEMA__.stream_cut(cut_events, cut_bytes, now_snap, force);
+        IF made.tick IS NULL OR made.complete THEN
+            RETURN true;
+        END IF;
+        force := false;
+        cut := cut + 1;
+        IF want_events IS NOT NULL OR want_bytes IS NOT NULL THEN
+            SELECT t.added, t.added_bytes INTO added FROM __SCHEMA__.stream_ticks t WHERE t.tick_id = made.tick;
+            n := n + coalesce(added.added, 0);
+            bytes := bytes + coalesce(added.added_bytes, 0);
+        END IF;
+        IF cut >= max_ticks OR n >= want_events OR bytes >= want_bytes THEN
+            RETURN false;
+        END IF;
+    END LOOP;
+END
+$fn$;
+
 -- Cuts ticks of what is visible now and the latest tick does not cover, each within the stream's
 -- tick_max_events and tick_max_bytes (or one empty tick with `force`), at most `max_ticks` of them
 -- (NULL: no limit); true when nothing visible is left un-ticked. The tick lock is held until this
@@ -444,25 +479,11 @@ CREATE OR REPLACE FUNCTION __SCHEMA__.stream_tick_some(force boolean, max_ticks 
 LANGUAGE plpgsql AS $fn$
 DECLARE
     cfg __SCHEMA__.stream_config;
-    now_snap pg_snapshot;
-    made record;
-    cut int := 0;
 BEGIN
     PERFORM __SCHEMA__.stream_lock(false);
     PERFORM __SCHEMA__.stream_lock_ticks(true);
     SELECT * INTO cfg FROM __SCHEMA__.stream_config;
-    now_snap := __SCHEMA__.stream_snapshot();
-    LOOP
-        SELECT * INTO made FROM __SCHEMA__.stream_cut(cfg.tick_max_events, cfg.tick_max_bytes, now_snap, force);
-        IF made.tick IS NULL OR made.complete THEN
-            RETURN true;
-        END IF;
-        force := false;
-        cut := cut + 1;
-        IF cut >= max_ticks THEN
-            RETURN false;
-        END IF;
-    END LOOP;
+    RETURN __SCHEMA__.stream_cut_some(cfg.tick_max_events, cfg.tick_max_bytes, force, max_ticks, NULL, NULL);
 END
 $fn$;
 
@@ -500,13 +521,7 @@ RETURNS void
 LANGUAGE plpgsql AS $fn$
 DECLARE
     cfg __SCHEMA__.stream_config;
-    wanted bigint;
-    cut_events bigint;
-    cut_bytes bigint;
-    n bigint := 0;
-    bytes bigint := 0;
-    made record;
-    added record;
+    bounds record;
 BEGIN
     PERFORM set_config('synchronous_commit', 'off', true);
     PERFORM __SCHEMA__.stream_lock(false);
@@ -515,17 +530,21 @@ BEGIN
         RETURN;
     END IF;
     SELECT * INTO cfg FROM __SCHEMA__.stream_config;
-    SELECT b.limit_events, b.cut_events, b.cut_bytes INTO wanted, cut_events, cut_bytes
-      FROM __SCHEMA__.stream_receive_bounds(cfg, max_events, max_bytes) b;
-    FOR i IN 1..100 LOOP
-        SELECT * INTO made FROM __SCHEMA__.stream_cut(cut_events, cut_bytes, __SCHEMA__.stream_snapshot(), false);
-        EXIT WHEN made.tick IS NULL;
-        SELECT t.added, t.added_bytes INTO added FROM __SCHEMA__.stream_ticks t WHERE t.tick_id = made.tick;
-        n := n + coalesce(added.added, 0);
-        bytes := bytes + coalesce(added.added_bytes, 0);
-        EXIT WHEN made.complete OR n >= wanted OR bytes >= max_bytes;
-    END LOOP;
+    SELECT * INTO bounds FROM __SCHEMA__.stream_receive_bounds(cfg, max_events, max_bytes);
+    PERFORM __SCHEMA__.stream_cut_some(bounds.cut_events, bounds.cut_bytes, false, 100,
+                                       bounds.limit_events, max_bytes);
 END
+$fn$;
+
+-- The row a receive answers instead of cutting a tick itself (see stream_receive): no batch id,
+-- state 'tick_needed', and the tick after which one is needed as its start tick.
+CREATE OR REPLACE FUNCTION __SCHEMA__.stream_tick_needed(name text, who text, after bigint)
+RETURNS TABLE (batch_id uuid, consumer text, member text, start_tick bigint, end_tick bigint,
+               state text, batch_created_at timestamptz, seq bigint, event_id uuid, type text,
+               payload jsonb, headers jsonb, retry_count int, created_at timestamptz)
+LANGUAGE sql IMMUTABLE AS $fn$
+    SELECT NULL::uuid, name, who, after, NULL::bigint, 'tick_needed'::text, NULL::timestamptz,
+           NULL::bigint, NULL::uuid, NULL::text, NULL::jsonb, NULL::jsonb, NULL::int, NULL::timestamptz
 $fn$;
 
 -- Receives the next batch for a consumer (or a cooperative member): the active batch again if
@@ -620,9 +639,7 @@ BEGIN
                 RETURN;
             END IF;
             IF NOT cut_ticks THEN
-                RETURN QUERY SELECT NULL::uuid, name, who, cursor_tick, NULL::bigint, 'tick_needed'::text,
-                                    NULL::timestamptz, NULL::bigint, NULL::uuid, NULL::text, NULL::jsonb,
-                                    NULL::jsonb, NULL::int, NULL::timestamptz;
+                RETURN QUERY SELECT * FROM __SCHEMA__.stream_tick_needed(name, who, cursor_tick);
                 RETURN;
             END IF;
             PERFORM __SCHEMA__.stream_lock_ticks(true);
@@ -683,9 +700,7 @@ BEGIN
                 EXIT WHEN n >= limit_events OR bytes >= max_bytes;
                 IF NOT cut_ticks THEN
                     EXIT WHEN NOT EXISTS (SELECT 1 FROM __SCHEMA__.stream_between(end_snap, __SCHEMA__.stream_snapshot(), name));
-                    RETURN QUERY SELECT NULL::uuid, name, who, end_tick_id, NULL::bigint, 'tick_needed'::text,
-                                        NULL::timestamptz, NULL::bigint, NULL::uuid, NULL::text, NULL::jsonb,
-                                        NULL::jsonb, NULL::int, NULL::timestamptz;
+                    RETURN QUERY SELECT * FROM __SCHEMA__.stream_tick_needed(name, who, end_tick_id);
                     RETURN;
                 END IF;
                 EXIT WHEN NOT __SCHEMA__.stream_lock_ticks(false);
