@@ -4,6 +4,10 @@ use std::path::PathBuf;
 
 use clap::{Args, Parser, Subcommand, ValueEnum};
 
+/// The longest `--job-retention-secs`: a queue's own retention has the same bound, and a job's end
+/// plus it must stay a timestamp PostgreSQL can hold.
+const MAX_RETENTION_SECS: i64 = crate::core::validate::MAX_DURATION_MS / 1000;
+
 /// pgvs3: a job queue (Open Job Spec) and event-stream server on PostgreSQL, over HTTP and gRPC.
 #[derive(Debug, Parser)]
 #[command(name = "pgvs3", version, about)]
@@ -114,8 +118,10 @@ pub struct MaintainArgs {
     /// Time between passes when not `--once`, ms.
     #[arg(long, env = "PGVS3_MAINTENANCE_INTERVAL_MS", default_value_t = 500)]
     pub maintenance_interval_ms: u64,
-    /// How long terminal jobs are kept (per-queue settings may override), seconds.
-    #[arg(long, env = "PGVS3_JOB_RETENTION_SECS", default_value_t = 86_400)]
+    /// How long terminal jobs are kept (per-queue settings may override), seconds: 1 to
+    /// 315,360,000 (10 years, the bound of every duration a client sends).
+    #[arg(long, env = "PGVS3_JOB_RETENTION_SECS", default_value_t = 86_400,
+          value_parser = clap::value_parser!(i64).range(1..=MAX_RETENTION_SECS))]
     pub job_retention_secs: i64,
 }
 
@@ -221,8 +227,10 @@ pub struct ServeArgs {
     /// Refuse ack/nack that carry no lease token.
     #[arg(long, env = "PGVS3_REQUIRE_LEASE_TOKEN")]
     pub require_lease_token: bool,
-    /// How long terminal jobs are kept (per-queue settings may override), seconds.
-    #[arg(long, env = "PGVS3_JOB_RETENTION_SECS", default_value_t = 86_400)]
+    /// How long terminal jobs are kept (per-queue settings may override), seconds: 1 to
+    /// 315,360,000 (10 years, the bound of every duration a client sends).
+    #[arg(long, env = "PGVS3_JOB_RETENTION_SECS", default_value_t = 86_400,
+          value_parser = clap::value_parser!(i64).range(1..=MAX_RETENTION_SECS))]
     pub job_retention_secs: i64,
     /// Time between maintenance passes (lease expiry, TTL, retention), ms.
     #[arg(long, env = "PGVS3_MAINTENANCE_INTERVAL_MS", default_value_t = 500)]
@@ -241,6 +249,19 @@ mod tests {
         match cli.command {
             Command::Serve(args) => args,
             _ => unreachable!("serve parses as serve"),
+        }
+    }
+
+    #[test]
+    fn job_retention_is_bounded_like_a_queue_retention() {
+        assert_eq!(serve(&[]).job_retention_secs, 86_400);
+        assert_eq!(
+            serve(&["--job-retention-secs", "315360000"]).job_retention_secs,
+            MAX_RETENTION_SECS
+        );
+        for refused in ["0", "-5", "315360001", "10000000000000"] {
+            let parsed = Cli::try_parse_from(["pgvs3", "serve", "--job-retention-secs", refused]);
+            assert!(parsed.is_err(), "--job-retention-secs {refused} is refused");
         }
     }
 
