@@ -3209,22 +3209,50 @@ async fn a_receive_cuts_its_tick_in_a_transaction_of_its_own() {
             (tick, batch)
         }
     };
-    for (q, others) in [("own-tick", true), ("only-consumer", false)] {
+    let mut grpc = common::grpc::streams(&app.grpc_url).await;
+    for (q, others, over_grpc) in [
+        ("own-tick", true, false),
+        ("only-consumer", false, false),
+        ("own-tick-grpc", true, true),
+        ("only-consumer-grpc", false, true),
+    ] {
         api.subscribe(q, "c", None, false).await;
         if others {
             api.subscribe(q, "other", None, false).await;
         }
         let (id, _) = api.append(q, "own.one", json!({"n": 1})).await;
-        let batch = api.receive(q, "c", 10).await;
-        assert_eq!(all_ids(std::slice::from_ref(&batch)), vec![id], "{batch}");
-        let (tick, batch) = writers(q, batch_id(&batch).expect("a batch")).await;
+        let delivered = if over_grpc {
+            let batch = grpc
+                .receive(pgvs3::grpc::proto::pgvs3::v1::ReceiveRequest {
+                    queue: q.into(),
+                    consumer: "c".into(),
+                    max: Some(10),
+                    ..Default::default()
+                })
+                .await
+                .expect("receive over gRPC")
+                .into_inner()
+                .batch
+                .expect("a batch");
+            let ids: Vec<String> = batch.events.iter().map(|e| e.id.clone()).collect();
+            assert_eq!(ids, vec![id], "over gRPC");
+            batch.batch_id
+        } else {
+            let batch = api.receive(q, "c", 10).await;
+            assert_eq!(all_ids(std::slice::from_ref(&batch)), vec![id], "{batch}");
+            batch_id(&batch).expect("a batch")
+        };
+        let (tick, batch) = writers(q, delivered).await;
         if others {
             assert_ne!(
                 tick, batch,
-                "the tick was cut by the receive's own transaction"
+                "{q}: the tick was cut by the receive's own transaction"
             );
         } else {
-            assert_eq!(tick, batch, "the only consumer cut its tick in its receive");
+            assert_eq!(
+                tick, batch,
+                "{q}: the only consumer cut its tick in its receive"
+            );
         }
     }
 }
