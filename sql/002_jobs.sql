@@ -633,6 +633,15 @@ BEGIN
 END
 $$;
 
+-- Makes every queue due now; a gateway calls it when it starts. A gateway keeps its marks in
+-- memory until its next pass, so those of one that died (lease ends, ended jobs, TTLs) are lost:
+-- each start has every queue stepped once instead of leaving that work to the 20-40 minute look.
+CREATE OR REPLACE FUNCTION s3p.mark_every_queue_due() RETURNS void
+LANGUAGE sql AS $$
+    SELECT s3p.mark_queues_due(array_agg(q.name), array_agg(now()), array_agg(NULL::timestamptz), 0)
+      FROM s3p.queues q WHERE q.maintain_after > now()
+$$;
+
 -- The queues a pass steps through: due ones, and (`with_vacuum`) those whose jobs table waits
 -- for a vacuum (see s3p.jobs_vacuum_due).
 DROP FUNCTION IF EXISTS s3p.due_queues(boolean);

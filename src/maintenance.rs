@@ -9,6 +9,10 @@ use crate::core::Service;
 
 /// Runs `service.maintain()` every `interval` until `stop` turns true.
 pub async fn run(service: Arc<Service>, interval: Duration, mut stop: watch::Receiver<bool>) {
+    // Marks a gateway that died held in memory are gone: every queue gets one step now.
+    if let Err(error) = service.mark_every_queue_due().await {
+        tracing::warn!(%error, "marking every queue due at start failed");
+    }
     let mut ticker = tokio::time::interval(interval);
     ticker.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
     loop {

@@ -716,6 +716,11 @@ impl Service {
         self.store.delete_dead_letter(id).await
     }
 
+    /// Makes every queue due for its next maintenance step (a gateway starting).
+    pub async fn mark_every_queue_due(&self) -> Result<(), CoreError> {
+        self.store.mark_every_queue_due().await
+    }
+
     /// One maintenance pass (skipped at once when another gateway holds it).
     pub async fn maintain(&self) -> Result<MaintenanceReport, CoreError> {
         use std::sync::atomic::Ordering::Relaxed;

@@ -220,6 +220,18 @@ impl Store {
         pass.map(|()| report)
     }
 
+    /// `s3p.mark_every_queue_due`: every queue due once, as a gateway starts (the marks of one
+    /// that died before handing them over are lost with it).
+    #[tracing::instrument(name = "db", skip_all, fields(op = "mark_every_queue_due"))]
+    pub async fn mark_every_queue_due(&self) -> Result<(), CoreError> {
+        self.retry_conflicts(|| {
+            sqlx::query("SELECT s3p.mark_every_queue_due()").execute(&self.pool)
+        })
+        .await
+        .map(drop)
+        .map_err(map_db_error)
+    }
+
     /// Records that `queue` has maintenance work due at `at` (a lease end, a TTL, a retry).
     pub(super) fn mark_due(&self, queue: &str, at: DateTime<Utc>) {
         self.mark(

@@ -539,15 +539,7 @@ async fn maintenance_vacuums_jobs_tables_full_of_dead_rows() {
     let app =
         common::spawn_app_with(|s| s.maintenance_interval = Some(Duration::from_millis(100))).await;
     let http = reqwest::Client::new();
-    let post = |path: &str, body: Value| {
-        let request = http.post(format!("{}{path}", app.http_url)).json(&body);
-        async move {
-            let response = request.send().await.expect("send");
-            let status = response.status();
-            let text = response.text().await.expect("body");
-            assert!(status.is_success(), "{status}: {text}");
-        }
-    };
+    let post = |path: &str, body: Value| post_json(&http, &app.http_url, path, body);
     for queue in ["busy", "manual"] {
         for _ in 0..6 {
             let jobs: Vec<Value> = (0..1000)
@@ -639,16 +631,7 @@ async fn a_queue_whose_maintenance_fails_does_not_stop_the_others() {
     let app =
         common::spawn_app_with(|s| s.maintenance_interval = Some(Duration::from_millis(100))).await;
     let http = reqwest::Client::new();
-    let post = |path: &str, body: Value| {
-        let request = http.post(format!("{}{path}", app.http_url)).json(&body);
-        async move {
-            let response = request.send().await.expect("send");
-            let status = response.status();
-            let text = response.text().await.expect("body");
-            assert!(status.is_success(), "{status}: {text}");
-            serde_json::from_str::<Value>(&text).expect("json")
-        }
-    };
+    let post = |path: &str, body: Value| post_json(&http, &app.http_url, path, body);
     for queue in ["broken", "healthy"] {
         post(
             "/ojs/v1/jobs",
@@ -914,6 +897,23 @@ async fn counter(http: &reqwest::Client, base: &str, name: &str) -> u64 {
         .unwrap_or_else(|| panic!("no {name} in /metrics"))
 }
 
+/// POSTs `body` to `path` at `base` and answers its JSON; a status other than 2xx fails the test.
+fn post_json(
+    http: &reqwest::Client,
+    base: &str,
+    path: &str,
+    body: Value,
+) -> impl std::future::Future<Output = Value> + use<> {
+    let request = http.post(format!("{base}{path}")).json(&body);
+    async move {
+        let response = request.send().await.expect("send");
+        let status = response.status();
+        let text = response.text().await.expect("body");
+        assert!(status.is_success(), "{status}: {text}");
+        serde_json::from_str::<Value>(&text).expect("a JSON answer")
+    }
+}
+
 /// Waits (up to 20 s) until the counter `name` reaches `at_least`, else fails saying `never`.
 async fn counter_reaches(
     http: &reqwest::Client,
@@ -1009,16 +1009,7 @@ async fn acks_make_their_queue_due_only_at_its_retention() {
         common::spawn_app_with(|s| s.maintenance_interval = Some(Duration::from_millis(100))).await;
     let http = reqwest::Client::new();
     let base = app.http_url.clone();
-    let post = |path: &str, body: Value| {
-        let request = http.post(format!("{base}{path}")).json(&body);
-        async move {
-            let response = request.send().await.expect("send");
-            let status = response.status();
-            let text = response.text().await.expect("body");
-            assert!(status.is_success(), "{status}: {text}");
-            serde_json::from_str::<Value>(&text).expect("json")
-        }
-    };
+    let post = |path: &str, body: Value| post_json(&http, &base, path, body);
     let jobs: Vec<Value> = (0..15)
         .map(|n| json!({"type": "steady.job", "args": [n], "options": {"queue": "steady"}}))
         .collect();
@@ -1060,6 +1051,59 @@ async fn acks_make_their_queue_due_only_at_its_retention() {
         steps,
         "15 acks over as many passes stepped their queue"
     );
+}
+
+/// A gateway keeps its due marks in memory until its next pass, so they die with it. A gateway
+/// that starts makes every queue due once: a lease end the dead one marked (here one that never
+/// runs a pass) is released at once, not at the 20-40 minute look.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_starting_gateway_makes_every_queue_due_once() {
+    use sqlx::Connection;
+    let (database, url) = common::fresh_database().await;
+    let first = common::spawn_app_on(&database, &url, |s| s.maintenance_interval = None).await;
+    let http = reqwest::Client::new();
+    let post = |path: &str, body: Value| post_json(&http, &first.http_url, path, body);
+    post(
+        "/ojs/v1/jobs",
+        json!({"type": "t.orphan", "args": [], "options": {"queue": "orphaned"}}),
+    )
+    .await;
+    let fetched = post(
+        "/ojs/v1/workers/fetch",
+        json!({"queues": ["orphaned"], "count": 1, "visibility_timeout_ms": 300}),
+    )
+    .await;
+    assert_eq!(
+        fetched["jobs"].as_array().map(Vec::len),
+        Some(1),
+        "{fetched}"
+    );
+    // As a step would have left the queue: nothing due for half an hour.
+    let mut db = sqlx::PgConnection::connect(&url).await.expect("connect");
+    sqlx::query("UPDATE s3p.queues SET maintain_after = now() + interval '30 minutes'")
+        .execute(&mut db)
+        .await
+        .expect("not due");
+    let second = common::spawn_app_on(&database, &url, |s| {
+        s.maintenance_interval = Some(Duration::from_millis(100))
+    })
+    .await;
+    let deadline = std::time::Instant::now() + Duration::from_secs(10);
+    loop {
+        let state: String = sqlx::query_scalar("SELECT state FROM s3q_orphaned.jobs LIMIT 1")
+            .fetch_one(&mut db)
+            .await
+            .expect("state");
+        if state != "active" {
+            break;
+        }
+        assert!(
+            std::time::Instant::now() < deadline,
+            "the lease the first gateway marked was never released"
+        );
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    drop((first, second));
 }
 
 /// The pool checks a connection that sat idle before it hands it out (it no longer pings before
