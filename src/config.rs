@@ -221,8 +221,10 @@ pub struct ServeArgs {
     /// Largest request body or gRPC message accepted, bytes.
     #[arg(long, env = "PGVS3_MAX_BODY_BYTES", default_value_t = crate::contract::DEFAULT_MAX_BODY_BYTES)]
     pub max_body_bytes: usize,
-    /// Lease length when neither the fetch nor the job sets one, ms.
-    #[arg(long, env = "PGVS3_VISIBILITY_TIMEOUT_MS", default_value_t = 1_800_000)]
+    /// Lease length when neither the fetch nor the job sets one, ms: 1 to 604,800,000 (7 days,
+    /// the longest lease a client may ask for).
+    #[arg(long, env = "PGVS3_VISIBILITY_TIMEOUT_MS", default_value_t = 1_800_000,
+          value_parser = clap::value_parser!(i64).range(1..=crate::core::validate::MAX_LEASE_MS))]
     pub visibility_timeout_ms: i64,
     /// Refuse ack/nack that carry no lease token.
     #[arg(long, env = "PGVS3_REQUIRE_LEASE_TOKEN")]
@@ -262,6 +264,23 @@ mod tests {
         for refused in ["0", "-5", "315360001", "10000000000000"] {
             let parsed = Cli::try_parse_from(["pgvs3", "serve", "--job-retention-secs", refused]);
             assert!(parsed.is_err(), "--job-retention-secs {refused} is refused");
+        }
+    }
+
+    #[test]
+    fn the_default_lease_is_bounded_like_a_clients() {
+        assert_eq!(serve(&[]).visibility_timeout_ms, 1_800_000);
+        assert_eq!(
+            serve(&["--visibility-timeout-ms", "604800000"]).visibility_timeout_ms,
+            crate::core::validate::MAX_LEASE_MS
+        );
+        for refused in ["0", "-1", "604800001", "9223372036854775807"] {
+            let parsed =
+                Cli::try_parse_from(["pgvs3", "serve", "--visibility-timeout-ms", refused]);
+            assert!(
+                parsed.is_err(),
+                "--visibility-timeout-ms {refused} is refused"
+            );
         }
     }
 
