@@ -243,7 +243,8 @@ impl Store {
         );
     }
 
-    /// Records that a job of `queue` ended at `at`: its removal is due after the queue's retention.
+    /// Records that a job of `queue` ended by `at` (its answer's time: at most a request's latency
+    /// after the stored end): its removal is due after the queue's retention.
     pub(super) fn mark_finished(&self, queue: &str, at: DateTime<Utc>) {
         self.mark(
             queue,
@@ -273,8 +274,7 @@ impl Store {
             match job.state {
                 JobState::Active => self.mark_due(&job.queue, job.lease_expires_at.unwrap_or(now)),
                 JobState::Completed | JobState::Cancelled | JobState::Discarded => {
-                    let ended = job.completed_at.or(job.cancelled_at).unwrap_or(now);
-                    self.mark_finished(&job.queue, ended)
+                    self.mark_finished(&job.queue, now)
                 }
                 _ => self.mark_due(&job.queue, now),
             }

@@ -399,7 +399,7 @@ impl Store {
         // A completion is terminal: the queue's step removes it after the queue's retention.
         let now = Utc::now();
         for done in outcomes.iter().flatten() {
-            self.mark_finished(&done.queue, done.completed_at.unwrap_or(now));
+            self.mark_finished(&done.queue, now);
         }
         Ok(outcomes)
     }

@@ -98,6 +98,21 @@ fn column<T: sqlx::Type<sqlx::Postgres>>(row: &PgRow, name: &str) -> Result<usiz
 /// Receives on the queue's own schema before one cuts its tick itself (`stream_receive`).
 const RECEIVE_ATTEMPTS: u32 = 3;
 
+/// A receive statement bound to its first five arguments, in the order both the queue's
+/// function and the catalog's wrapper take them: consumer, member, max, a fresh batch id and
+/// max_bytes.
+fn receive_query<'q>(
+    sql: impl sqlx::SqlSafeStr,
+    (consumer, member, max, max_bytes): (&'q str, Option<&'q str>, Option<i32>, i64),
+) -> sqlx::query::Query<'q, sqlx::Postgres, sqlx::postgres::PgArguments> {
+    sqlx::query(sql)
+        .bind(consumer)
+        .bind(member)
+        .bind(max)
+        .bind(Uuid::now_v7())
+        .bind(max_bytes)
+}
+
 /// The cursor tick of a receive that answered `tick_needed` (it cut no tick; the caller does).
 fn tick_needed(rows: &[PgRow]) -> Result<Option<i64>, sqlx::Error> {
     let [row] = rows else {
@@ -336,14 +351,12 @@ impl Store {
                     // The queue goes last, where only the catalog's wrapper reads it.
                     return self
                         .retry_conflicts(|| {
-                            sqlx::query("SELECT * FROM s3p.stream_receive($6, $1, $2, $3, $4, $5)")
-                                .bind(consumer)
-                                .bind(member)
-                                .bind(max)
-                                .bind(Uuid::now_v7())
-                                .bind(max_bytes)
-                                .bind(queue)
-                                .fetch_all(self.pool())
+                            receive_query(
+                                "SELECT * FROM s3p.stream_receive($6, $1, $2, $3, $4, $5)",
+                                (consumer, member, max, max_bytes),
+                            )
+                            .bind(queue)
+                            .fetch_all(self.pool())
                         })
                         .await;
                 };
@@ -360,14 +373,12 @@ impl Store {
                     let cut_ticks = attempt == RECEIVE_ATTEMPTS;
                     let rows = self
                         .retry_conflicts(|| {
-                            sqlx::query(AssertSqlSafe(receive.clone()))
-                                .bind(consumer)
-                                .bind(member)
-                                .bind(max)
-                                .bind(Uuid::now_v7())
-                                .bind(max_bytes)
-                                .bind(cut_ticks)
-                                .fetch_all(self.pool())
+                            receive_query(
+                                AssertSqlSafe(receive.clone()),
+                                (consumer, member, max, max_bytes),
+                            )
+                            .bind(cut_ticks)
+                            .fetch_all(self.pool())
                         })
                         .await?;
                     let Some(after) = tick_needed(&rows)?.filter(|_| !cut_ticks) else {

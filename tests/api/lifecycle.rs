@@ -914,6 +914,25 @@ fn post_json(
     }
 }
 
+/// Asserts that passes ran (at least `passes_at_least` in all) without a queue step since the
+/// steps counter read `steps`.
+async fn assert_passes_stepped_nothing(
+    http: &reqwest::Client,
+    base: &str,
+    (passes_at_least, steps): (u64, u64),
+    stepped: &str,
+) {
+    assert!(
+        counter(http, base, "pgvs3_maintenance_passes_total").await >= passes_at_least,
+        "passes kept running"
+    );
+    assert_eq!(
+        counter(http, base, "pgvs3_maintenance_queue_steps_total").await,
+        steps,
+        "{stepped}"
+    );
+}
+
 /// Waits (up to 20 s) until the counter `name` reaches `at_least`, else fails saying `never`.
 async fn counter_reaches(
     http: &reqwest::Client,
@@ -960,15 +979,13 @@ async fn maintenance_steps_only_through_queues_with_due_work() {
     let passes = counter(&http, &base, "pgvs3_maintenance_passes_total").await;
     let steps = counter(&http, &base, "pgvs3_maintenance_queue_steps_total").await;
     tokio::time::sleep(Duration::from_millis(1500)).await;
-    assert!(
-        counter(&http, &base, "pgvs3_maintenance_passes_total").await >= passes + 5,
-        "passes kept running"
-    );
-    assert_eq!(
-        counter(&http, &base, "pgvs3_maintenance_queue_steps_total").await,
-        steps,
-        "idle queues are not stepped through"
-    );
+    assert_passes_stepped_nothing(
+        &http,
+        &base,
+        (passes + 5, steps),
+        "idle queues are not stepped through",
+    )
+    .await;
 
     // A lease that runs out makes its queue due; the pass releases it.
     let fetched: Value = http
@@ -1042,15 +1059,13 @@ async fn acks_make_their_queue_due_only_at_its_retention() {
         tokio::time::sleep(Duration::from_millis(100)).await;
     }
     tokio::time::sleep(Duration::from_millis(300)).await;
-    assert!(
-        counter(&http, &base, "pgvs3_maintenance_passes_total").await >= passes + 10,
-        "passes kept running"
-    );
-    assert_eq!(
-        counter(&http, &base, "pgvs3_maintenance_queue_steps_total").await,
-        steps,
-        "15 acks over as many passes stepped their queue"
-    );
+    assert_passes_stepped_nothing(
+        &http,
+        &base,
+        (passes + 10, steps),
+        "15 acks over as many passes stepped their queue",
+    )
+    .await;
 }
 
 /// A gateway keeps its due marks in memory until its next pass, so they die with it. A gateway
