@@ -2,11 +2,27 @@
 
 use std::path::PathBuf;
 
+use clap::builder::TypedValueParser;
 use clap::{Args, Parser, Subcommand, ValueEnum};
 
 /// The longest `--job-retention-secs`: a queue's own retention has the same bound, and a job's end
 /// plus it must stay a timestamp PostgreSQL can hold.
 const MAX_RETENTION_SECS: i64 = crate::core::validate::MAX_DURATION_MS / 1000;
+
+/// The largest `--db-pool-size`: sqlx allocates a slot per connection up front (4,294,967,295
+/// allocated gigabytes at start), and PostgreSQL's `max_connections` is far below it anyway.
+const MAX_POOL_SIZE: i64 = 10_000;
+
+/// The largest `--max-in-flight`: tokio's semaphore panics above `usize::MAX >> 3` permits.
+const MAX_IN_FLIGHT: u64 = 1_000_000;
+
+/// The bounds of `--maintenance-interval-ms`: passes closer than 10 ms would only contend for the
+/// maintenance lock; more than an hour apart, lease expiry and TTLs would wait that long.
+const MAINTENANCE_INTERVAL_MS: std::ops::RangeInclusive<u64> = 10..=3_600_000;
+
+/// The bounds of `--max-body-bytes`: below 1 KiB no batch or workflow fits; PostgreSQL holds no
+/// value over 1 GiB.
+const BODY_BYTES: std::ops::RangeInclusive<u64> = 1024..=1 << 30;
 
 /// pgvs3: a job queue (Open Job Spec) and event-stream server on PostgreSQL, over HTTP and gRPC.
 #[derive(Debug, Parser)]
@@ -115,8 +131,9 @@ pub struct MaintainArgs {
     /// Run one pass, print its report as JSON and exit.
     #[arg(long)]
     pub once: bool,
-    /// Time between passes when not `--once`, ms.
-    #[arg(long, env = "PGVS3_MAINTENANCE_INTERVAL_MS", default_value_t = 500)]
+    /// Time between passes when not `--once`, ms: 10 to 3,600,000 (an hour).
+    #[arg(long, env = "PGVS3_MAINTENANCE_INTERVAL_MS", default_value_t = 500,
+          value_parser = clap::value_parser!(u64).range(MAINTENANCE_INTERVAL_MS))]
     pub maintenance_interval_ms: u64,
     /// How long terminal jobs are kept (per-queue settings may override), seconds: 1 to
     /// 315,360,000 (10 years, the bound of every duration a client sends).
@@ -134,9 +151,17 @@ pub struct DatabaseArgs {
     /// Directory of the private cluster used when no database URL is given.
     #[arg(long, env = "PGVS3_DATA_DIR", default_value = ".pgvs3", global = true)]
     pub data_dir: PathBuf,
-    /// Database connections in the pool.
-    #[arg(long, env = "PGVS3_DB_POOL_SIZE", default_value_t = 32, global = true)]
+    /// Database connections in the pool: 1 to 10,000.
+    #[arg(long, env = "PGVS3_DB_POOL_SIZE", default_value_t = 32, global = true,
+          value_parser = clap::value_parser!(u32).range(1..=MAX_POOL_SIZE))]
     pub db_pool_size: u32,
+}
+
+/// A `usize` flag's parser refusing values outside `range` (clap ranges only `u64` and `i64`).
+fn usize_in(range: std::ops::RangeInclusive<u64>) -> impl TypedValueParser<Value = usize> {
+    clap::value_parser!(u64)
+        .range(range)
+        .try_map(|n| usize::try_from(n).map_err(|e| e.to_string()))
 }
 
 impl ServeArgs {
@@ -203,8 +228,10 @@ pub struct ServeArgs {
     /// Serve reads only; every mutation is rejected (403 read_only / PERMISSION_DENIED).
     #[arg(long, env = "PGVS3_READ_ONLY")]
     pub read_only: bool,
-    /// Requests in flight at once, across both protocols; beyond it, 429 / RESOURCE_EXHAUSTED.
-    #[arg(long, env = "PGVS3_MAX_IN_FLIGHT", default_value_t = 1024)]
+    /// Requests in flight at once, across both protocols; beyond it, 429 / RESOURCE_EXHAUSTED: 1
+    /// to 1,000,000.
+    #[arg(long, env = "PGVS3_MAX_IN_FLIGHT", default_value_t = 1024,
+          value_parser = usize_in(1..=MAX_IN_FLIGHT))]
     pub max_in_flight: usize,
     /// Requests in flight at once per queue (HTTP requests naming a queue; 0 = no per-queue limit).
     #[arg(long, env = "PGVS3_QUEUE_MAX_IN_FLIGHT", default_value_t = 256)]
@@ -212,14 +239,16 @@ pub struct ServeArgs {
     /// Most queue namespaces this database may hold (0 = unlimited); beyond it, 429 quota_exceeded.
     /// Enqueues create queues implicitly (as OJS expects), so the default bounds what a client can
     /// make the database and every maintenance pass carry.
-    #[arg(long, env = "PGVS3_MAX_QUEUES", default_value_t = 1000)]
+    #[arg(long, env = "PGVS3_MAX_QUEUES", default_value_t = 1000,
+          value_parser = clap::value_parser!(i64).range(0..))]
     pub max_queues: i64,
     /// Most long-lived streams (server-sent events, gRPC server streams) open at once; beyond it,
     /// 429 / RESOURCE_EXHAUSTED.
     #[arg(long, env = "PGVS3_MAX_STREAMS", default_value_t = 1000)]
     pub max_streams: usize,
-    /// Largest request body or gRPC message accepted, bytes.
-    #[arg(long, env = "PGVS3_MAX_BODY_BYTES", default_value_t = crate::contract::DEFAULT_MAX_BODY_BYTES)]
+    /// Largest request body or gRPC message accepted, bytes: 1,024 to 1,073,741,824 (1 GiB).
+    #[arg(long, env = "PGVS3_MAX_BODY_BYTES", default_value_t = crate::contract::DEFAULT_MAX_BODY_BYTES,
+          value_parser = usize_in(BODY_BYTES))]
     pub max_body_bytes: usize,
     /// Lease length when neither the fetch nor the job sets one, ms: 1 to 604,800,000 (7 days,
     /// the longest lease a client may ask for).
@@ -234,8 +263,10 @@ pub struct ServeArgs {
     #[arg(long, env = "PGVS3_JOB_RETENTION_SECS", default_value_t = 86_400,
           value_parser = clap::value_parser!(i64).range(1..=MAX_RETENTION_SECS))]
     pub job_retention_secs: i64,
-    /// Time between maintenance passes (lease expiry, TTL, retention), ms.
-    #[arg(long, env = "PGVS3_MAINTENANCE_INTERVAL_MS", default_value_t = 500)]
+    /// Time between maintenance passes (lease expiry, TTL, retention), ms: 10 to 3,600,000 (an
+    /// hour).
+    #[arg(long, env = "PGVS3_MAINTENANCE_INTERVAL_MS", default_value_t = 500,
+          value_parser = clap::value_parser!(u64).range(MAINTENANCE_INTERVAL_MS))]
     pub maintenance_interval_ms: u64,
     /// How long shutdown waits for in-flight requests, seconds.
     #[arg(long, env = "PGVS3_SHUTDOWN_TIMEOUT_SECS", default_value_t = 10)]
@@ -280,6 +311,52 @@ mod tests {
             assert!(
                 parsed.is_err(),
                 "--visibility-timeout-ms {refused} is refused"
+            );
+        }
+    }
+
+    #[test]
+    fn sizes_and_intervals_are_bounded() {
+        let accepted = [
+            ("--db-pool-size", "1"),
+            ("--db-pool-size", "10000"),
+            ("--max-in-flight", "1"),
+            ("--max-in-flight", "1000000"),
+            ("--max-queues", "0"),
+            ("--max-body-bytes", "1024"),
+            ("--max-body-bytes", "1073741824"),
+            ("--maintenance-interval-ms", "10"),
+            ("--maintenance-interval-ms", "3600000"),
+        ];
+        for (flag, value) in accepted {
+            let parsed = Cli::try_parse_from(["pgvs3", "serve", flag, value]);
+            assert!(parsed.is_ok(), "{flag} {value} is accepted");
+        }
+        let refused = [
+            ("--db-pool-size", "0"),
+            ("--db-pool-size", "10001"),
+            ("--db-pool-size", "4294967295"),
+            ("--max-in-flight", "0"),
+            ("--max-in-flight", "1000001"),
+            ("--max-in-flight", "18446744073709551615"),
+            ("--max-queues", "-5"),
+            ("--max-body-bytes", "0"),
+            ("--max-body-bytes", "1023"),
+            ("--max-body-bytes", "1073741825"),
+            ("--maintenance-interval-ms", "0"),
+            ("--maintenance-interval-ms", "9"),
+            ("--maintenance-interval-ms", "3600001"),
+        ];
+        for (flag, value) in refused {
+            let parsed = Cli::try_parse_from(["pgvs3", "serve", &format!("{flag}={value}")]);
+            assert!(parsed.is_err(), "{flag} {value} is refused");
+        }
+        for refused in ["0", "3600001"] {
+            let parsed =
+                Cli::try_parse_from(["pgvs3", "maintain", "--maintenance-interval-ms", refused]);
+            assert!(
+                parsed.is_err(),
+                "maintain --maintenance-interval-ms {refused} is refused"
             );
         }
     }

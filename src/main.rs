@@ -122,7 +122,7 @@ async fn maintain(args: MaintainArgs) -> Result<(), String> {
             }
         } else {
             let (stop, watch) = tokio::sync::watch::channel(false);
-            let interval = Duration::from_millis(args.maintenance_interval_ms.max(10));
+            let interval = Duration::from_millis(args.maintenance_interval_ms);
             let passes = tokio::spawn(pgvs3::maintenance::run(service, interval, watch));
             shutdown_signal().await;
             let _ = stop.send(true);
@@ -254,7 +254,7 @@ async fn serve(args: ServeArgs) -> Result<(), String> {
         queue_max_in_flight: args.queue_max_in_flight,
         max_body_bytes: args.max_body_bytes,
         shutdown_timeout: Duration::from_secs(args.shutdown_timeout_secs),
-        maintenance_interval: Some(Duration::from_millis(args.maintenance_interval_ms.max(10))),
+        maintenance_interval: Some(Duration::from_millis(args.maintenance_interval_ms)),
         service: ServiceSettings {
             job_retention_ms: args.job_retention_secs.saturating_mul(1000),
             default_visibility_timeout_ms: args.visibility_timeout_ms,
