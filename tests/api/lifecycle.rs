@@ -1068,6 +1068,74 @@ async fn acks_make_their_queue_due_only_at_its_retention() {
     .await;
 }
 
+/// The same over gRPC: `Ack`, `WorkerService/AckBatch` and `CancelJob` end jobs through the
+/// same marks, so none of them steps the queue on the passes that follow.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn grpc_acks_and_cancels_make_their_queue_due_only_at_its_retention() {
+    use pgvs3::grpc::proto::pgvs3::v1 as ext;
+    let app =
+        common::spawn_app_with(|s| s.maintenance_interval = Some(Duration::from_millis(100))).await;
+    let http = reqwest::Client::new();
+    let base = app.http_url.clone();
+    let mut grpc = Client::Grpc(app.grpc().await);
+    let mut workers =
+        ext::worker_service_client::WorkerServiceClient::connect(app.grpc_url.clone())
+            .await
+            .expect("connect gRPC");
+    let mut ids = Vec::new();
+    for _ in 0..53 {
+        ids.push(grpc.enqueue("gsteady", 3).await);
+    }
+    counter_reaches(
+        &http,
+        &base,
+        "pgvs3_maintenance_queue_steps_total",
+        1,
+        "the new queue was never stepped",
+    )
+    .await;
+    let passes = counter(&http, &base, "pgvs3_maintenance_passes_total").await;
+    let steps = counter(&http, &base, "pgvs3_maintenance_queue_steps_total").await;
+    // Three pending jobs cancelled, then single acks and batch acks of ten in turn.
+    for id in &ids[50..] {
+        assert_eq!(grpc.cancel(id).await.as_deref(), Ok("cancelled"));
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    for n in 0..5 {
+        let claims = grpc.fetch("gsteady", 60_000).await;
+        assert_eq!(claims.len(), 10, "round {n}");
+        if n % 2 == 0 {
+            for claim in &claims {
+                assert_eq!(grpc.ack(claim).await.as_deref(), Ok("completed"));
+            }
+        } else {
+            let acks = claims
+                .iter()
+                .map(|c| pb::AckRequest {
+                    job_id: c.id.clone(),
+                    lease_token: c.token.clone(),
+                    ..Default::default()
+                })
+                .collect();
+            let answer = workers
+                .ack_batch(ext::AckBatchRequest { acks })
+                .await
+                .expect("ack batch")
+                .into_inner();
+            assert_eq!(answer.acknowledged as usize, claims.len(), "{answer:?}");
+        }
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    }
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    assert_passes_stepped_nothing(
+        &http,
+        &base,
+        (passes + 10, steps),
+        "gRPC acks and cancels over as many passes stepped their queue",
+    )
+    .await;
+}
+
 /// A gateway keeps its due marks in memory until its next pass, so they die with it. A gateway
 /// that starts makes every queue due once: a lease end the dead one marked (here one that never
 /// runs a pass) is released at once, not at the 20-40 minute look.
