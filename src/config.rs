@@ -9,9 +9,11 @@ use clap::{Args, Parser, Subcommand, ValueEnum};
 /// plus it must stay a timestamp PostgreSQL can hold.
 const MAX_RETENTION_SECS: i64 = crate::core::validate::MAX_DURATION_MS / 1000;
 
-/// The largest `--db-pool-size`: sqlx allocates a slot per connection up front (4,294,967,295
-/// allocated gigabytes at start), and PostgreSQL's `max_connections` is far below it anyway.
-const MAX_POOL_SIZE: i64 = 10_000;
+/// The bounds of `--db-pool-size`: the server's notification listener holds one connection for
+/// good, so a pool of one left nothing for statements; sqlx allocates a slot per connection up
+/// front (4,294,967,295 allocated gigabytes at start), and PostgreSQL's `max_connections` is far
+/// below the top anyway.
+const POOL_SIZE: std::ops::RangeInclusive<i64> = 2..=10_000;
 
 /// The largest `--max-in-flight`: tokio's semaphore panics above `usize::MAX >> 3` permits.
 const MAX_IN_FLIGHT: u64 = 1_000_000;
@@ -151,9 +153,10 @@ pub struct DatabaseArgs {
     /// Directory of the private cluster used when no database URL is given.
     #[arg(long, env = "PGVS3_DATA_DIR", default_value = ".pgvs3", global = true)]
     pub data_dir: PathBuf,
-    /// Database connections in the pool: 1 to 10,000.
+    /// Database connections in the pool: 2 to 10,000 (the server's notification listener holds
+    /// one).
     #[arg(long, env = "PGVS3_DB_POOL_SIZE", default_value_t = 32, global = true,
-          value_parser = clap::value_parser!(u32).range(1..=MAX_POOL_SIZE))]
+          value_parser = clap::value_parser!(u32).range(POOL_SIZE))]
     pub db_pool_size: u32,
 }
 
@@ -243,7 +246,7 @@ pub struct ServeArgs {
           value_parser = clap::value_parser!(i64).range(0..))]
     pub max_queues: i64,
     /// Most long-lived streams (server-sent events, gRPC server streams) open at once; beyond it,
-    /// 429 / RESOURCE_EXHAUSTED.
+    /// 429 / RESOURCE_EXHAUSTED (0 refuses every stream).
     #[arg(long, env = "PGVS3_MAX_STREAMS", default_value_t = 1000)]
     pub max_streams: usize,
     /// Largest request body or gRPC message accepted, bytes: 1,024 to 1,073,741,824 (1 GiB).
@@ -318,7 +321,7 @@ mod tests {
     #[test]
     fn sizes_and_intervals_are_bounded() {
         let accepted = [
-            ("--db-pool-size", "1"),
+            ("--db-pool-size", "2"),
             ("--db-pool-size", "10000"),
             ("--max-in-flight", "1"),
             ("--max-in-flight", "1000000"),
@@ -334,6 +337,7 @@ mod tests {
         }
         let refused = [
             ("--db-pool-size", "0"),
+            ("--db-pool-size", "1"),
             ("--db-pool-size", "10001"),
             ("--db-pool-size", "4294967295"),
             ("--max-in-flight", "0"),
