@@ -60,7 +60,7 @@ impl Store {
                 .bind(descending)
                 .bind(skip)
                 .bind(take)
-                .fetch_all(&self.pool)
+                .fetch_all(&self.hot)
             })
             .await
             .map_err(map_db_error)?;
@@ -85,7 +85,7 @@ impl Store {
                 .bind(filter.since)
                 .bind(filter.until)
                 .bind(cap)
-                .fetch_one(&self.pool)
+                .fetch_one(&self.hot)
         })
         .await
         .map_err(map_db_error)
@@ -116,7 +116,7 @@ impl Store {
                 .bind(filter.since)
                 .bind(filter.until)
                 .bind(max)
-                .fetch_all(&self.pool)
+                .fetch_all(&self.hot)
             })
             .await
             .map_err(map_db_error)?;
@@ -158,7 +158,7 @@ impl Store {
                         .bind(states)
                         .bind(older_than)
                         .bind(batch)
-                        .fetch_one(&self.pool)
+                        .fetch_one(&self.hot)
                 })
                 .await
                 .map_err(map_db_error)?;
@@ -176,7 +176,7 @@ impl Store {
             .retry_conflicts(|| {
                 sqlx::query_as("SELECT * FROM s3p.admin_retry_job($1)")
                     .bind(id)
-                    .fetch_all(&self.pool)
+                    .fetch_all(&self.hot)
             })
             .await
             .map_err(map_db_error)?;
@@ -192,7 +192,7 @@ impl Store {
                     "SELECT a.error FROM s3p.admin_act('delete', s3p.job_schema($1), ARRAY[$1]) a",
                 )
                 .bind(id)
-                .fetch_one(&self.pool)
+                .fetch_one(&self.hot)
             })
             .await
             .map_err(map_db_error)?;
@@ -211,7 +211,7 @@ impl Store {
         self.retry_conflicts(|| {
             sqlx::query_scalar("SELECT s3p.oldest_available_at($1)")
                 .bind(queue)
-                .fetch_one(&self.pool)
+                .fetch_one(&self.hot)
         })
         .await
         .map_err(map_db_error)
@@ -234,7 +234,7 @@ impl Store {
                     .bind(state)
                     .bind(skip)
                     .bind(take)
-                    .fetch_one(&self.pool)
+                    .fetch_one(&self.hot)
             })
             .await
             .map_err(map_db_error)?;

@@ -132,7 +132,7 @@ impl Store {
         )
         .bind(Json(seen))
         .bind(rollup_batch)
-        .fetch_one(self.pool())
+        .fetch_one(self.hot())
         .await
         .map_err(map_db_error)?;
         Ok(SharedAdminState {
@@ -152,7 +152,7 @@ impl Store {
     pub async fn stats_rollup(&self, batch: i32) -> Result<i64, CoreError> {
         sqlx::query_scalar("SELECT s3p.stats_rollup($1)")
             .bind(batch)
-            .fetch_one(self.pool())
+            .fetch_one(self.hot())
             .await
             .map_err(map_db_error)
     }
@@ -173,7 +173,7 @@ impl Store {
         .bind(i32::try_from(offset).unwrap_or(i32::MAX))
         .bind(i32::try_from(limit).unwrap_or(i32::MAX))
         .bind(scope.like_patterns())
-        .fetch_all(self.pool())
+        .fetch_all(self.hot())
         .await
         .map_err(map_db_error)?;
         let counts = rows
@@ -216,7 +216,7 @@ impl Store {
         )
         .bind(worker)
         .bind(scope.like_patterns())
-        .fetch_optional(self.pool())
+        .fetch_optional(self.hot())
         .await
         .map_err(map_db_error)?;
         Ok(row.map(WorkerInfo::from))
@@ -235,7 +235,7 @@ impl Store {
                 .bind(workers)
                 .bind(per_worker)
                 .bind(scope.like_patterns())
-                .fetch_all(self.pool())
+                .fetch_all(self.hot())
                 .await
                 .map_err(map_db_error)?;
         Ok(rows
@@ -258,7 +258,7 @@ impl Store {
         )
         .bind(worker)
         .bind(scope.like_patterns())
-        .fetch_one(self.pool())
+        .fetch_one(self.hot())
         .await
         .map_err(map_db_error)?;
         Ok(row.into())
@@ -278,7 +278,7 @@ impl Store {
                 .bind(worker)
                 .bind(force)
                 .bind(scope.like_patterns())
-                .fetch_one(self.pool())
+                .fetch_one(self.hot())
         })
         .await
         .map_err(map_db_error)
@@ -299,7 +299,7 @@ impl Store {
         .bind(enabled)
         .bind(reason)
         .bind(estimated_end)
-        .fetch_one(self.pool())
+        .fetch_one(self.hot())
         .await
         .map_err(map_db_error)?;
         Ok(row.into())
@@ -323,7 +323,7 @@ impl Store {
         .bind(until)
         .bind(queue)
         .bind(scope.like_patterns())
-        .fetch_all(self.pool())
+        .fetch_all(self.hot())
         .await
         .map_err(map_db_error)?;
         Ok(rows
@@ -343,7 +343,7 @@ impl Store {
         sqlx::query_as("SELECT processed, failed FROM s3p.stats_recent($1, $2)")
             .bind(minutes)
             .bind(scope.like_patterns())
-            .fetch_one(self.pool())
+            .fetch_one(self.hot())
             .await
             .map_err(map_db_error)
     }
@@ -362,7 +362,7 @@ impl Store {
             .bind(scope.like_patterns())
             .bind(i32::try_from(offset).unwrap_or(i32::MAX))
             .bind(i32::try_from(limit).unwrap_or(i32::MAX))
-            .fetch_all(self.pool())
+            .fetch_all(self.hot())
             .await
             .map(|rows| rows.into_iter().map(Into::into).collect())
             .map_err(map_db_error)
@@ -378,7 +378,7 @@ impl Store {
         sqlx::query_as::<_, super::rows::CronRow>("SELECT * FROM s3p.cron_get($1, $2)")
             .bind(name)
             .bind(scope.like_patterns())
-            .fetch_one(self.pool())
+            .fetch_one(self.hot())
             .await
             .map(Into::into)
             .map_err(map_db_error)
@@ -400,7 +400,7 @@ impl Store {
         .bind(enabled)
         .bind(next_run)
         .bind(scope.like_patterns())
-        .fetch_one(self.pool())
+        .fetch_one(self.hot())
         .await
         .map(Into::into)
         .map_err(map_db_error)

@@ -31,7 +31,7 @@ impl Store {
                 .bind(overlap)
                 .bind(template)
                 .bind(first_run)
-                .fetch_one(&self.pool)
+                .fetch_one(&self.hot)
         })
         .await
         .map(CronEntry::from)
@@ -45,7 +45,7 @@ impl Store {
             sqlx::query_as::<_, CronRow>("SELECT * FROM s3p.cron_unregister($1, $2)")
                 .bind(name)
                 .bind(scope.like_patterns())
-                .fetch_one(&self.pool)
+                .fetch_one(&self.hot)
         })
         .await
         .map(CronEntry::from)
@@ -65,7 +65,7 @@ impl Store {
                 .bind(scope.like_patterns())
                 .bind(after)
                 .bind(i32::try_from(page_size).unwrap_or(i32::MAX))
-                .fetch_all(&self.pool)
+                .fetch_all(&self.hot)
         })
         .await
         .map(|rows| rows.into_iter().map(CronEntry::from).collect())
@@ -78,7 +78,7 @@ impl Store {
         self.retry_conflicts(|| {
             sqlx::query_scalar("SELECT s3p.cron_count($1)")
                 .bind(scope.like_patterns())
-                .fetch_one(&self.pool)
+                .fetch_one(&self.hot)
         })
         .await
         .map_err(map_db_error)
@@ -90,7 +90,7 @@ impl Store {
         self.retry_conflicts(|| {
             sqlx::query_as::<_, CronRow>("SELECT * FROM s3p.cron_due($1)")
                 .bind(max)
-                .fetch_all(&self.pool)
+                .fetch_all(&self.hot)
         })
         .await
         .map(|rows| rows.into_iter().map(CronEntry::from).collect())
@@ -113,7 +113,7 @@ impl Store {
                 .bind(expected)
                 .bind(following)
                 .bind(sqlx::types::Json(job))
-                .fetch_one(&self.pool)
+                .fetch_one(&self.hot)
         })
         .await
         .map_err(map_db_error)

@@ -29,7 +29,7 @@ impl Store {
         .bind(job_types)
         .bind(limit)
         .bind(scope.like_patterns())
-        .fetch_all(&self.pool)
+        .fetch_all(&self.hot)
         .await
         .map_err(map_db_error)?;
         let horizon = rows.first().map_or(0, |row| row.horizon);
@@ -51,7 +51,7 @@ impl Store {
             .bind(after.txid)
             .bind(after.seq)
             .bind(horizon)
-            .fetch_one(&self.pool)
+            .fetch_one(&self.hot)
             .await
             .map_err(map_db_error)
     }
@@ -60,7 +60,7 @@ impl Store {
     #[tracing::instrument(name = "db", skip_all, fields(op = "events_end"))]
     pub async fn events_end(&self) -> Result<crate::model::events::Cursor, CoreError> {
         let (txid, seq): (i64, i64) = sqlx::query_as("SELECT * FROM s3p.events_end()")
-            .fetch_one(&self.pool)
+            .fetch_one(&self.hot)
             .await
             .map_err(map_db_error)?;
         Ok(crate::model::events::Cursor { txid, seq })
@@ -76,7 +76,7 @@ impl Store {
         sqlx::query_as::<_, EventRow>("SELECT * FROM s3p.job_events($1, $2)")
             .bind(id)
             .bind(limit)
-            .fetch_all(&self.pool)
+            .fetch_all(&self.hot)
             .await
             .map(|rows| {
                 rows.into_iter()

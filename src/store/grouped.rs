@@ -8,7 +8,8 @@ use std::sync::Arc;
 
 use serde_json::Value;
 use sqlx::types::Json;
-use sqlx::{AssertSqlSafe, PgPool};
+use super::hot::HotPool;
+use sqlx::AssertSqlSafe;
 use uuid::Uuid;
 
 use super::coalesce::{Coalescer, Runner};
@@ -146,7 +147,7 @@ pub struct GroupingStats {
 /// The shared parts every runner needs.
 #[derive(Clone)]
 struct Shared {
-    pool: PgPool,
+    pool: HotPool,
     conflicts: Arc<Conflicts>,
     routes: Arc<Routes>,
     counts: Arc<Counts>,
@@ -181,7 +182,7 @@ pub struct Grouped {
 
 impl Grouped {
     /// Grouped operations over `pool`, their conflicted statements rerun by `conflicts`.
-    pub(super) fn new(pool: PgPool, conflicts: Arc<Conflicts>) -> Grouped {
+    pub(super) fn new(pool: HotPool, conflicts: Arc<Conflicts>) -> Grouped {
         let shared = Shared {
             pool,
             conflicts,
@@ -574,7 +575,7 @@ fn by_given_id(stored: Result<Vec<Job>, CoreError>, ids: Vec<Uuid>) -> Vec<Resul
 
 /// `s3p.enqueue` of one job.
 pub(super) async fn enqueue_one(
-    pool: &PgPool,
+    pool: &HotPool,
     conflicts: &Conflicts,
     row: &NewJob,
 ) -> Result<Job, CoreError> {

@@ -209,6 +209,11 @@ impl Follower {
         self.current.lock().unwrap_or_else(|e| e.into_inner())
     }
 
+    /// When the pool last moved to another host (connections from before reach the old one).
+    pub fn moved_at(&self) -> Instant {
+        self.current().moved_at
+    }
+
     /// The host the pool uses, as `host:port`.
     pub fn host(&self) -> String {
         let host = self.current().host;

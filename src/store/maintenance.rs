@@ -225,7 +225,7 @@ impl Store {
     #[tracing::instrument(name = "db", skip_all, fields(op = "mark_every_queue_due"))]
     pub async fn mark_every_queue_due(&self) -> Result<(), CoreError> {
         self.retry_conflicts(|| {
-            sqlx::query("SELECT s3p.mark_every_queue_due()").execute(&self.pool)
+            sqlx::query("SELECT s3p.mark_every_queue_due()").execute(&self.hot)
         })
         .await
         .map(drop)
@@ -306,7 +306,7 @@ impl Store {
                     .bind(&dues)
                     .bind(&finished)
                     .bind(retention_ms)
-                    .execute(&self.pool)
+                    .execute(&self.hot)
             })
             .await;
         if let Err(error) = flushed {

@@ -23,7 +23,7 @@ impl Store {
                         .bind(after.as_deref())
                         .bind(PAGE)
                         .bind(&patterns)
-                        .fetch_one(&self.pool)
+                        .fetch_one(&self.hot)
                 })
                 .await
                 .map_err(map_db_error)?;

@@ -9,6 +9,7 @@ mod cron;
 mod errors;
 mod events;
 mod grouped;
+mod hot;
 pub mod hosts;
 mod liveness;
 mod maintenance;
@@ -44,6 +45,8 @@ pub use signals::{Signals, Wakeups};
 #[derive(Clone)]
 pub struct Store {
     pool: PgPool,
+    /// The pool for single statements, keeping connections between them (see `hot`).
+    hot: hot::HotPool,
     signals: Signals,
     grouped: std::sync::Arc<grouped::Grouped>,
     conflicts: std::sync::Arc<conflicts::Conflicts>,
@@ -132,9 +135,11 @@ impl Store {
         };
         let signals = Signals::start(&pool).await?;
         let conflicts = std::sync::Arc::new(conflicts::Conflicts::default());
-        let grouped = std::sync::Arc::new(grouped::Grouped::new(pool.clone(), conflicts.clone()));
+        let hot = hot::HotPool::new(pool.clone(), follower.clone());
+        let grouped = std::sync::Arc::new(grouped::Grouped::new(hot.clone(), conflicts.clone()));
         Ok(Store {
             pool,
+            hot,
             signals,
             grouped,
             conflicts,
@@ -162,6 +167,11 @@ impl Store {
     /// The connection pool.
     pub fn pool(&self) -> &PgPool {
         &self.pool
+    }
+
+    /// The pool for one-statement operations (see `hot`).
+    pub(crate) fn hot(&self) -> &hot::HotPool {
+        &self.hot
     }
 
     /// Wake-ups for long polls (jobs and streams), fed by LISTEN/NOTIFY.
@@ -233,7 +243,7 @@ impl Store {
     #[tracing::instrument(name = "db", skip_all, fields(op = "ping"))]
     pub async fn ping(&self) -> Result<(), CoreError> {
         sqlx::query("SELECT 1")
-            .execute(&self.pool)
+            .execute(&self.hot)
             .await
             .map(|_| ())
             .map_err(map_db_error)
@@ -248,7 +258,7 @@ impl Store {
                 let queue = queue.to_string();
                 self.grouped.enqueue(&queue, row).await
             }
-            None => grouped::enqueue_one(&self.pool, &self.conflicts, &row).await,
+            None => grouped::enqueue_one(&self.hot, &self.conflicts, &row).await,
         }?;
         if let Some(at) = job.expires_at {
             self.mark_due(&job.queue, at);
@@ -271,9 +281,9 @@ impl Store {
 
     async fn enqueue_batch_unmarked(&self, rows: &[NewJob]) -> Result<Vec<Job>, CoreError> {
         if let Some(queue) = one_plain_queue(rows)
-            && let Some(schema) = self.grouped.routes().schema(&self.pool, queue).await?
+            && let Some(schema) = self.grouped.routes().schema(&self.hot, queue).await?
         {
-            match new_jobs::insert_jobs(&self.pool, &self.conflicts, &schema, queue, rows).await {
+            match new_jobs::insert_jobs(&self.hot, &self.conflicts, &schema, queue, rows).await {
                 Err(error) if error.is_stale() => self.grouped.routes().forget(queue),
                 stored => return stored.map_err(grouped::DbError::into_core),
             }
@@ -282,7 +292,7 @@ impl Store {
             .retry_conflicts(|| {
                 sqlx::query_as("SELECT * FROM s3p.enqueue_batch($1)")
                     .bind(sqlx::types::Json(rows))
-                    .fetch_all(&self.pool)
+                    .fetch_all(&self.hot)
             })
             .await
             .map_err(map_db_error)?;
@@ -296,7 +306,7 @@ impl Store {
         self.retry_conflicts(|| {
             sqlx::query_as("SELECT id, queue FROM s3p.job_queues($1)")
                 .bind(ids)
-                .fetch_all(&self.pool)
+                .fetch_all(&self.hot)
         })
         .await
         .map_err(map_db_error)
@@ -309,7 +319,7 @@ impl Store {
             .retry_conflicts(|| {
                 sqlx::query_as("SELECT * FROM s3p.get_job($1)")
                     .bind(id)
-                    .fetch_all(&self.pool)
+                    .fetch_all(&self.hot)
             })
             .await
             .map_err(map_db_error)?;
@@ -346,7 +356,7 @@ impl Store {
                         .bind(worker)
                         .bind(visibility_ms)
                         .bind(default_visibility_ms)
-                        .fetch_all(&self.pool)
+                        .fetch_all(&self.hot)
                 })
                 .await
                 .map_err(map_db_error)?;
@@ -362,7 +372,7 @@ impl Store {
         self.retry_conflicts(|| {
             sqlx::query_scalar("SELECT EXISTS (SELECT 1 FROM s3p.queues WHERE name = ANY($1))")
                 .bind(queues)
-                .fetch_one(&self.pool)
+                .fetch_one(&self.hot)
         })
         .await
         .map_err(map_db_error)
@@ -425,7 +435,7 @@ impl Store {
                     .bind(token)
                     .bind(failure)
                     .bind(requeue)
-                    .fetch_all(&self.pool)
+                    .fetch_all(&self.hot)
             })
             .await
             .map_err(map_db_error)?;
@@ -442,7 +452,7 @@ impl Store {
             .retry_conflicts(|| {
                 sqlx::query_as("SELECT * FROM s3p.cancel($1)")
                     .bind(id)
-                    .fetch_all(&self.pool)
+                    .fetch_all(&self.hot)
             })
             .await
             .map_err(map_db_error)?;
@@ -470,7 +480,7 @@ impl Store {
             .bind(token)
             .bind(visibility_ms)
             .bind(default_visibility_ms)
-            .fetch_all(&self.pool)
+            .fetch_all(&self.hot)
         })
         .await
         .map_err(map_db_error)
@@ -494,7 +504,7 @@ impl Store {
             .bind(visibility_ms)
             .bind(default_visibility_ms)
             .bind(&scope)
-            .fetch_all(&self.pool)
+            .fetch_all(&self.hot)
         })
         .await
         .map_err(map_db_error)
@@ -507,7 +517,7 @@ impl Store {
             .retry_conflicts(|| {
                 sqlx::query_as("SELECT * FROM s3p.activate($1)")
                     .bind(id)
-                    .fetch_all(&self.pool)
+                    .fetch_all(&self.hot)
             })
             .await
             .map_err(map_db_error)?;
@@ -535,7 +545,7 @@ impl Store {
                     .bind(limit)
                     .bind(offset)
                     .bind(&patterns)
-                    .fetch_all(&self.pool)
+                    .fetch_all(&self.hot)
             })
             .await
             .map_err(map_db_error)?;
@@ -544,7 +554,7 @@ impl Store {
                 sqlx::query_scalar("SELECT s3p.dead_letter_count($1, $2)")
                     .bind(queue)
                     .bind(&patterns)
-                    .fetch_one(&self.pool)
+                    .fetch_one(&self.hot)
             })
             .await
             .map_err(map_db_error)?;
@@ -558,7 +568,7 @@ impl Store {
             .retry_conflicts(|| {
                 sqlx::query_as("SELECT * FROM s3p.retry_dead_letter($1)")
                     .bind(id)
-                    .fetch_all(&self.pool)
+                    .fetch_all(&self.hot)
             })
             .await
             .map_err(map_db_error)?;
@@ -572,7 +582,7 @@ impl Store {
             .retry_conflicts(|| {
                 sqlx::query_as("SELECT * FROM s3p.delete_dead_letter($1)")
                     .bind(id)
-                    .fetch_all(&self.pool)
+                    .fetch_all(&self.hot)
             })
             .await
             .map_err(map_db_error)?;
@@ -583,7 +593,7 @@ impl Store {
     #[tracing::instrument(name = "db", skip_all, fields(op = "in_recovery"))]
     pub async fn in_recovery(&self) -> Result<bool, CoreError> {
         sqlx::query_scalar("SELECT pg_is_in_recovery()")
-            .fetch_one(&self.pool)
+            .fetch_one(&self.hot)
             .await
             .map_err(map_db_error)
     }

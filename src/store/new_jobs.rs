@@ -4,7 +4,8 @@
 use chrono::{DateTime, Utc};
 use serde_json::{Map, Value};
 use sqlx::types::Json;
-use sqlx::{AssertSqlSafe, PgPool};
+use super::hot::HotPool;
+use sqlx::AssertSqlSafe;
 use uuid::Uuid;
 
 use super::conflicts::Conflicts;
@@ -100,7 +101,7 @@ impl<'a> Columns<'a> {
 /// Stores plain jobs of one queue (schema from the route hint) with the queue's own
 /// `insert_jobs`: all or none, answered in the order given.
 pub(super) async fn insert_jobs(
-    pool: &PgPool,
+    pool: &HotPool,
     conflicts: &Conflicts,
     schema: &str,
     queue: &str,

@@ -17,7 +17,7 @@ impl Store {
         self.retry_conflicts(|| {
             sqlx::query_scalar("SELECT s3p.create_queue($1)")
                 .bind(queue)
-                .fetch_one(&self.pool)
+                .fetch_one(&self.hot)
         })
         .await
         .map_err(map_db_error)
@@ -30,7 +30,7 @@ impl Store {
             .retry_conflicts(|| {
                 sqlx::query("SELECT s3p.drop_queue($1)")
                     .bind(queue)
-                    .execute(&self.pool)
+                    .execute(&self.hot)
             })
             .await
             .map(|_| ())
@@ -45,7 +45,7 @@ impl Store {
         self.retry_conflicts(|| {
             sqlx::query_scalar("SELECT s3p.adopt_queue($1)")
                 .bind(queue)
-                .fetch_one(&self.pool)
+                .fetch_one(&self.hot)
         })
         .await
         .map_err(map_db_error)
@@ -57,7 +57,7 @@ impl Store {
         self.retry_conflicts(|| {
             sqlx::query_scalar("SELECT s3p.queue_stats($1)")
                 .bind(queue)
-                .fetch_one(&self.pool)
+                .fetch_one(&self.hot)
         })
         .await
         .map(|Json(stats)| stats)
@@ -78,7 +78,7 @@ impl Store {
                       ORDER BY u.i",
                 )
                 .bind(queues)
-                .fetch_all(&self.pool)
+                .fetch_all(&self.hot)
             })
         };
         let rows: Vec<Json<QueueStats>> = match read().await.map_err(map_db_error) {
@@ -100,7 +100,7 @@ impl Store {
             sqlx::query_scalar("SELECT s3p.queue_config($1, $2)")
                 .bind(queue)
                 .bind(changes)
-                .fetch_one(&self.pool)
+                .fetch_one(&self.hot)
         })
         .await
         .map(|Json(config)| config)
@@ -114,7 +114,7 @@ impl Store {
             sqlx::query_scalar("SELECT s3p.set_paused($1, $2)")
                 .bind(queue)
                 .bind(paused)
-                .fetch_one(&self.pool)
+                .fetch_one(&self.hot)
         })
         .await
         .map_err(map_db_error)
@@ -138,7 +138,7 @@ impl Store {
         .bind(after)
         .bind(page_size.map(|n| n as i32))
         .bind(scope.like_patterns())
-        .fetch_all(&self.pool)
+        .fetch_all(&self.hot)
             })
             .await
             .map_err(map_db_error)?;
@@ -159,7 +159,7 @@ impl Store {
         self.retry_conflicts(|| {
             sqlx::query_scalar("SELECT count(*) FROM s3p.queues WHERE s3p.in_scope(name, $1)")
                 .bind(scope.like_patterns())
-                .fetch_one(&self.pool)
+                .fetch_one(&self.hot)
         })
         .await
         .map_err(map_db_error)

@@ -11,7 +11,7 @@
 use std::collections::HashMap;
 use std::sync::{Arc, Mutex, RwLock};
 
-use sqlx::PgPool;
+use super::hot::HotPool;
 use uuid::Uuid;
 
 use super::map_db_error;
@@ -30,7 +30,7 @@ pub struct Routes {
 
 impl Routes {
     /// The quoted schema of `queue`, or `None` when the queue does not exist.
-    pub async fn schema(&self, pool: &PgPool, queue: &str) -> Result<Option<Arc<str>>, CoreError> {
+    pub async fn schema(&self, pool: &HotPool, queue: &str) -> Result<Option<Arc<str>>, CoreError> {
         if let Some(schema) = self
             .schemas
             .read()

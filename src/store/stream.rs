@@ -226,7 +226,7 @@ impl Store {
                         .bind(types)
                         .bind(payloads)
                         .bind(headers)
-                        .fetch_all(self.pool())
+                        .fetch_all(self.hot())
                 })
             })
             .await?;
@@ -255,7 +255,7 @@ impl Store {
                     .bind(consumer)
                     .bind(from_tick)
                     .bind(cooperative)
-                    .fetch_optional(self.pool())
+                    .fetch_optional(self.hot())
             })
             .await
             .map_err(map_db_error)?;
@@ -280,7 +280,7 @@ impl Store {
             sqlx::query("SELECT s3p.stream_unsubscribe($1, $2)")
                 .bind(queue)
                 .bind(consumer)
-                .execute(self.pool())
+                .execute(self.hot())
         })
         .await
         .map(|_| ())
@@ -301,7 +301,7 @@ impl Store {
                     .bind(queue)
                     .bind(after)
                     .bind(i32::try_from(page_size).unwrap_or(i32::MAX))
-                    .fetch_all(self.pool())
+                    .fetch_all(self.hot())
             })
             .await
             .map_err(map_db_error)?;
@@ -325,7 +325,7 @@ impl Store {
         self.retry_conflicts(|| {
             sqlx::query_scalar("SELECT s3p.stream_consumer_count($1)")
                 .bind(queue)
-                .fetch_one(self.pool())
+                .fetch_one(self.hot())
         })
         .await
         .map_err(map_db_error)
@@ -356,7 +356,7 @@ impl Store {
                                 (consumer, member, max, max_bytes),
                             )
                             .bind(queue)
-                            .fetch_all(self.pool())
+                            .fetch_all(self.hot())
                         })
                         .await;
                 };
@@ -378,7 +378,7 @@ impl Store {
                                 (consumer, member, max, max_bytes),
                             )
                             .bind(cut_ticks)
-                            .fetch_all(self.pool())
+                            .fetch_all(self.hot())
                         })
                         .await?;
                     let Some(after) = tick_needed(&rows)?.filter(|_| !cut_ticks) else {
@@ -389,7 +389,7 @@ impl Store {
                             .bind(after)
                             .bind(max)
                             .bind(max_bytes)
-                            .execute(self.pool())
+                            .execute(self.hot())
                     })
                     .await?;
                 }
@@ -406,7 +406,7 @@ impl Store {
                 sqlx::query("SELECT * FROM s3p.stream_batch($1, $2)")
                     .bind(queue)
                     .bind(id)
-                    .fetch_all(self.pool())
+                    .fetch_all(self.hot())
             })
             .await
             .map_err(map_db_error)?;
@@ -426,7 +426,7 @@ impl Store {
             sqlx::query_scalar("SELECT s3p.stream_batch_state($1, $2)")
                 .bind(queue)
                 .bind(id)
-                .fetch_one(self.pool())
+                .fetch_one(self.hot())
         })
         .await
         .map_err(map_db_error)
@@ -455,7 +455,7 @@ impl Store {
                     } else {
                         query
                     };
-                    query.fetch_one(self.pool())
+                    query.fetch_one(self.hot())
                 })
             })
             .await?;
@@ -477,7 +477,7 @@ impl Store {
         Fut: std::future::Future<Output = Result<T, sqlx::Error>>,
     {
         let routes = self.grouped.routes();
-        if let Some(schema) = routes.schema(self.pool(), queue).await? {
+        if let Some(schema) = routes.schema(self.hot(), queue).await? {
             match statement(Some(schema)).await {
                 Err(error) if is_stale(&error) => routes.forget(queue),
                 answer => return Ok(answer),
@@ -506,7 +506,7 @@ impl Store {
                     .bind(message)
                     .bind(retry_after_ms)
                     .bind(reason)
-                    .fetch_one(self.pool())
+                    .fetch_one(self.hot())
             })
             .await
             .map_err(map_db_error)?;
@@ -524,7 +524,7 @@ impl Store {
         self.retry_conflicts(|| {
             sqlx::query_scalar("SELECT s3p.stream_info($1)")
                 .bind(queue)
-                .fetch_one(self.pool())
+                .fetch_one(self.hot())
         })
         .await
         .map(|Json(info)| info)
@@ -546,7 +546,7 @@ impl Store {
                     .bind(changes.retention_ms)
                     .bind(changes.tick_max_events)
                     .bind(changes.tick_max_bytes)
-                    .fetch_one(self.pool())
+                    .fetch_one(self.hot())
             })
             .await
             .map_err(map_db_error)?;
@@ -574,7 +574,7 @@ impl Store {
                     .bind(limit)
                     .bind(offset)
                     .bind(max_bytes)
-                    .fetch_all(self.pool())
+                    .fetch_all(self.hot())
             })
             .await
             .map_err(map_db_error)?;
@@ -603,7 +603,7 @@ impl Store {
             sqlx::query_scalar("SELECT s3p.stream_replay($1, $2)")
                 .bind(queue)
                 .bind(id)
-                .fetch_one(self.pool())
+                .fetch_one(self.hot())
         })
         .await
         .map_err(map_db_error)
@@ -616,7 +616,7 @@ impl Store {
             sqlx::query_scalar("SELECT s3p.stream_purge_dead_letters($1, $2)")
                 .bind(queue)
                 .bind(older_than_ms)
-                .fetch_one(self.pool())
+                .fetch_one(self.hot())
         })
         .await
         .map_err(map_db_error)

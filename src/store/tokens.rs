@@ -56,7 +56,7 @@ impl Store {
             .bind(hash.as_slice())
             .bind(roles)
             .bind(&grant.queues)
-            .fetch_one(self.pool())
+            .fetch_one(self.hot())
             .await
             .map_err(map_db_error)
     }
@@ -66,7 +66,7 @@ impl Store {
     pub async fn revoke_token(&self, name: &str) -> Result<bool, CoreError> {
         let revoked = sqlx::query_scalar("SELECT s3p.token_revoke($1)")
             .bind(name)
-            .fetch_one(self.pool())
+            .fetch_one(self.hot())
             .await
             .map_err(map_db_error)?;
         if revoked && let Some(cache) = self.token_cache.get() {
@@ -87,7 +87,7 @@ impl Store {
         let rows: Vec<Row> = sqlx::query_as(
             "SELECT name, roles, queues, created_at, revoked_at FROM s3p.tokens ORDER BY name",
         )
-        .fetch_all(self.pool())
+        .fetch_all(self.hot())
         .await
         .map_err(map_db_error)?;
         Ok(rows

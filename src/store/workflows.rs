@@ -25,7 +25,7 @@ impl Store {
                 .bind(kind)
                 .bind(steps)
                 .bind(callbacks)
-                .fetch_one(&self.pool)
+                .fetch_one(&self.hot)
         })
         .await
         .map_err(map_db_error)
@@ -37,7 +37,7 @@ impl Store {
         self.retry_conflicts(|| {
             sqlx::query_scalar("SELECT s3p.workflow_view($1)")
                 .bind(id)
-                .fetch_one(&self.pool)
+                .fetch_one(&self.hot)
         })
         .await
         .map_err(map_db_error)
@@ -49,7 +49,7 @@ impl Store {
         self.retry_conflicts(|| {
             sqlx::query_scalar("SELECT s3p.cancel_workflow($1)")
                 .bind(id)
-                .fetch_one(&self.pool)
+                .fetch_one(&self.hot)
         })
         .await
         .map_err(map_db_error)
@@ -63,7 +63,7 @@ impl Store {
             sqlx::query_scalar("SELECT s3p.workflow_in_scope($1, $2)")
                 .bind(id)
                 .bind(scope.like_patterns())
-                .fetch_one(&self.pool)
+                .fetch_one(&self.hot)
         })
         .await
         .map_err(map_db_error)
