@@ -7,13 +7,13 @@ use std::collections::{HashMap, HashSet};
 use std::sync::Arc;
 
 use serde_json::Value;
-use sqlx::types::Json;
-use super::hot::HotPool;
 use sqlx::AssertSqlSafe;
+use sqlx::types::Json;
 use uuid::Uuid;
 
 use super::coalesce::{Coalescer, Runner};
 use super::conflicts::Conflicts;
+use super::hot::HotPool;
 use super::map_db_error;
 use super::routes::{Routes, is_stale};
 use super::rows::{CompletionRow, JobRow, jobs, one};

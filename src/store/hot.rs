@@ -222,7 +222,10 @@ impl<'p> Executor<'p> for &'_ HotPool {
         Box::pin(async move { pool.acquire().await?.prepare_with(sql, parameters).await })
     }
 
-    fn describe<'e>(self, sql: SqlStr) -> BoxFuture<'e, Result<sqlx::Describe<Postgres>, sqlx::Error>>
+    fn describe<'e>(
+        self,
+        sql: SqlStr,
+    ) -> BoxFuture<'e, Result<sqlx::Describe<Postgres>, sqlx::Error>>
     where
         'p: 'e,
     {

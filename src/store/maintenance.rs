@@ -224,12 +224,10 @@ impl Store {
     /// that died before handing them over are lost with it).
     #[tracing::instrument(name = "db", skip_all, fields(op = "mark_every_queue_due"))]
     pub async fn mark_every_queue_due(&self) -> Result<(), CoreError> {
-        self.retry_conflicts(|| {
-            sqlx::query("SELECT s3p.mark_every_queue_due()").execute(&self.hot)
-        })
-        .await
-        .map(drop)
-        .map_err(map_db_error)
+        self.retry_conflicts(|| sqlx::query("SELECT s3p.mark_every_queue_due()").execute(&self.hot))
+            .await
+            .map(drop)
+            .map_err(map_db_error)
     }
 
     /// Records that `queue` has maintenance work due at `at` (a lease end, a TTL, a retry).

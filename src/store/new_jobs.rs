@@ -3,13 +3,13 @@
 
 use chrono::{DateTime, Utc};
 use serde_json::{Map, Value};
-use sqlx::types::Json;
-use super::hot::HotPool;
 use sqlx::AssertSqlSafe;
+use sqlx::types::Json;
 use uuid::Uuid;
 
 use super::conflicts::Conflicts;
 use super::grouped::DbError;
+use super::hot::HotPool;
 use super::rows::stored_state;
 use crate::model::error::{CoreError, ErrorKind};
 use crate::model::job::{Job, NewJob, RetryPolicy};

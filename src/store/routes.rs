@@ -11,9 +11,9 @@
 use std::collections::HashMap;
 use std::sync::{Arc, Mutex, RwLock};
 
-use super::hot::HotPool;
 use uuid::Uuid;
 
+use super::hot::HotPool;
 use super::map_db_error;
 use crate::model::error::CoreError;
 use crate::model::job::Job;

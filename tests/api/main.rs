@@ -21,6 +21,7 @@ mod bad_input;
 mod classification;
 mod client_shapes;
 mod conformance;
+mod connections;
 mod dashboard;
 mod database_tls;
 mod event_mirror;
