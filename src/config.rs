@@ -15,8 +15,9 @@ const MAX_RETENTION_SECS: i64 = crate::core::validate::MAX_DURATION_MS / 1000;
 /// below the top anyway.
 const POOL_SIZE: std::ops::RangeInclusive<i64> = 2..=10_000;
 
-/// The largest `--max-in-flight`: tokio's semaphore panics above `usize::MAX >> 3` permits.
-const MAX_IN_FLIGHT: u64 = 1_000_000;
+/// The bounds of `--max-in-flight`: at 0 even health checks were refused, and tokio's semaphore
+/// panics above `usize::MAX >> 3` permits.
+const IN_FLIGHT: std::ops::RangeInclusive<u64> = 1..=1_000_000;
 
 /// The bounds of `--maintenance-interval-ms`: passes closer than 10 ms would only contend for the
 /// maintenance lock; more than an hour apart, lease expiry and TTLs would wait that long.
@@ -234,7 +235,7 @@ pub struct ServeArgs {
     /// Requests in flight at once, across both protocols; beyond it, 429 / RESOURCE_EXHAUSTED: 1
     /// to 1,000,000.
     #[arg(long, env = "PGVS3_MAX_IN_FLIGHT", default_value_t = 1024,
-          value_parser = usize_in(1..=MAX_IN_FLIGHT))]
+          value_parser = usize_in(IN_FLIGHT))]
     pub max_in_flight: usize,
     /// Requests in flight at once per queue (HTTP requests naming a queue; 0 = no per-queue limit).
     #[arg(long, env = "PGVS3_QUEUE_MAX_IN_FLIGHT", default_value_t = 256)]

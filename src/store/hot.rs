@@ -34,6 +34,13 @@ struct Held {
     from_pool_at: Instant,
 }
 
+impl Held {
+    /// Whether it sat past the liveness threshold since its statement (then the pool checks it).
+    fn idle_too_long(&self) -> bool {
+        self.left_at.elapsed() >= PING_WHEN_IDLE_FOR
+    }
+}
+
 /// The connections held, most recent last.
 struct Stack {
     held: Mutex<Vec<Held>>,
@@ -52,7 +59,7 @@ impl Stack {
             let mut held = self.lock();
             let keep = held
                 .iter()
-                .position(|h| h.left_at.elapsed() < PING_WHEN_IDLE_FOR)
+                .position(|h| !h.idle_too_long())
                 .unwrap_or(held.len());
             held.drain(..keep).collect()
         };
@@ -106,7 +113,7 @@ impl HotPool {
             let mut held = self.stack.lock();
             let mut found = None;
             while let Some(h) = held.pop() {
-                let fresh = h.left_at.elapsed() < PING_WHEN_IDLE_FOR
+                let fresh = !h.idle_too_long()
                     && h.from_pool_at.elapsed() < BACK_TO_POOL_AFTER
                     && moved_at.is_none_or(|moved| h.from_pool_at > moved);
                 if fresh {
@@ -125,34 +132,23 @@ impl HotPool {
         }
     }
 
-    /// Keeps a connection whose statement succeeded, for the next one.
+    /// Keeps a connection whose statement succeeded, for the next one; past the cap the oldest
+    /// held goes back to the pool.
     fn leave(&self, conn: PoolConnection<Postgres>, from_pool_at: Instant) {
         if self.stack.cap == 0 {
             return;
         }
         let mut held = self.stack.lock();
-        if held.len() >= self.stack.cap {
-            // The oldest goes back (outside the lock).
-            let oldest = held.remove(0);
-            held.push(Held {
-                conn,
-                left_at: Instant::now(),
-                from_pool_at,
-            });
-            drop(held);
-            drop(oldest);
-            return;
-        }
         held.push(Held {
             conn,
             left_at: Instant::now(),
             from_pool_at,
         });
-    }
-
-    /// How many connections are held between statements just now.
-    pub fn held(&self) -> usize {
-        self.stack.lock().len()
+        let over = held.len().saturating_sub(self.stack.cap);
+        let oldest: Vec<Held> = held.drain(..over).collect();
+        // Back to the pool outside the lock.
+        drop(held);
+        drop(oldest);
     }
 }
 

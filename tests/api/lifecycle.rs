@@ -933,6 +933,23 @@ async fn assert_passes_stepped_nothing(
     );
 }
 
+/// Waits until the maintenance pass stepped `new_queues` new queues (each is due once), then the
+/// passes and queue steps counted so far.
+async fn after_first_steps(http: &reqwest::Client, base: &str, new_queues: u64) -> (u64, u64) {
+    counter_reaches(
+        http,
+        base,
+        "pgvs3_maintenance_queue_steps_total",
+        new_queues,
+        "the new queues were never stepped",
+    )
+    .await;
+    (
+        counter(http, base, "pgvs3_maintenance_passes_total").await,
+        counter(http, base, "pgvs3_maintenance_queue_steps_total").await,
+    )
+}
+
 /// Waits (up to 20 s) until the counter `name` reaches `at_least`, else fails saying `never`.
 async fn counter_reaches(
     http: &reqwest::Client,
@@ -967,17 +984,7 @@ async fn maintenance_steps_only_through_queues_with_due_work() {
             .expect("enqueue");
         assert_eq!(response.status(), 201);
     }
-    // Every new queue is due once.
-    counter_reaches(
-        &http,
-        &base,
-        "pgvs3_maintenance_queue_steps_total",
-        40,
-        "the new queues were never stepped",
-    )
-    .await;
-    let passes = counter(&http, &base, "pgvs3_maintenance_passes_total").await;
-    let steps = counter(&http, &base, "pgvs3_maintenance_queue_steps_total").await;
+    let (passes, steps) = after_first_steps(&http, &base, 40).await;
     tokio::time::sleep(Duration::from_millis(1500)).await;
     assert_passes_stepped_nothing(
         &http,
@@ -1031,17 +1038,7 @@ async fn acks_make_their_queue_due_only_at_its_retention() {
         .map(|n| json!({"type": "steady.job", "args": [n], "options": {"queue": "steady"}}))
         .collect();
     post("/ojs/v1/jobs/batch", json!({"jobs": jobs})).await;
-    // The new queue is due once.
-    counter_reaches(
-        &http,
-        &base,
-        "pgvs3_maintenance_queue_steps_total",
-        1,
-        "the new queue was never stepped",
-    )
-    .await;
-    let passes = counter(&http, &base, "pgvs3_maintenance_passes_total").await;
-    let steps = counter(&http, &base, "pgvs3_maintenance_queue_steps_total").await;
+    let (passes, steps) = after_first_steps(&http, &base, 1).await;
     // Single acks and batch acks in turn (each marks its queue on its own path).
     for n in 0..15 {
         let fetched = post(
@@ -1086,16 +1083,7 @@ async fn grpc_acks_and_cancels_make_their_queue_due_only_at_its_retention() {
     for _ in 0..53 {
         ids.push(grpc.enqueue("gsteady", 3).await);
     }
-    counter_reaches(
-        &http,
-        &base,
-        "pgvs3_maintenance_queue_steps_total",
-        1,
-        "the new queue was never stepped",
-    )
-    .await;
-    let passes = counter(&http, &base, "pgvs3_maintenance_passes_total").await;
-    let steps = counter(&http, &base, "pgvs3_maintenance_queue_steps_total").await;
+    let (passes, steps) = after_first_steps(&http, &base, 1).await;
     // Three pending jobs cancelled, then single acks and batch acks of ten in turn.
     for id in &ids[50..] {
         assert_eq!(grpc.cancel(id).await.as_deref(), Ok("cancelled"));
