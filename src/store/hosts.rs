@@ -209,9 +209,10 @@ impl Follower {
         self.current.lock().unwrap_or_else(|e| e.into_inner())
     }
 
-    /// When the pool last moved to another host (connections from before reach the old one).
-    pub fn moved_at(&self) -> Instant {
-        self.current().moved_at
+    /// Whether a connection `age` old was opened before the pool last moved, so reaches the old
+    /// host.
+    pub fn predates_move(&self, age: Duration) -> bool {
+        age > self.current().moved_at.elapsed()
     }
 
     /// The host the pool uses, as `host:port`.
@@ -287,7 +288,7 @@ impl Follower {
             // A connection opened before the last move reaches the old host: close it.
             // It replaces the pool's liveness check, so it runs that one too.
             .before_acquire(move |conn, meta| {
-                let old = meta.age > stale.current().moved_at.elapsed();
+                let old = stale.predates_move(meta.age);
                 Box::pin(async move { Ok(!old && super::liveness::check(conn, meta).await?) })
             })
             // A read-write gateway never writes to a server that refuses writes: a connection

@@ -107,7 +107,6 @@ impl HotPool {
     /// The connection the last statement left, if recent and still on the pool's host; else one
     /// from the pool.
     async fn take(&self) -> Result<(PoolConnection<Postgres>, Instant), sqlx::Error> {
-        let moved_at = self.follower.as_ref().map(|f| f.moved_at());
         let mut stale = Vec::new();
         let reused = {
             let mut held = self.stack.lock();
@@ -115,7 +114,10 @@ impl HotPool {
             while let Some(h) = held.pop() {
                 let fresh = !h.idle_too_long()
                     && h.from_pool_at.elapsed() < BACK_TO_POOL_AFTER
-                    && moved_at.is_none_or(|moved| h.from_pool_at > moved);
+                    && !self
+                        .follower
+                        .as_ref()
+                        .is_some_and(|f| f.predates_move(h.from_pool_at.elapsed()));
                 if fresh {
                     found = Some(h);
                     break;
