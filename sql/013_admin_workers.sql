@@ -198,11 +198,13 @@ BEGIN
         RAISE EXCEPTION 'worker % is not stale (seen %); only a worker unseen for % ms can be deregistered',
             worker, w.last_seen_at, s3p.worker_stale_ms() USING ERRCODE = 'PV409';
     END IF;
-    -- Queues in name order, like every statement that locks jobs of several queues.
+    -- Queues in name order and jobs in id order, like every statement that locks many jobs.
     FOR q IN SELECT c.name, c.schema_name FROM s3p.queues c
               WHERE c.name = ANY (w.queues) AND s3p.in_scope(c.name, scope) ORDER BY c.name LOOP
-        EXECUTE format('UPDATE %I.jobs SET lease_expires_at = now()
-                         WHERE state = ''active'' AND worker_id = $1 AND lease_expires_at > now()',
+        EXECUTE format('UPDATE %1$I.jobs SET lease_expires_at = now()
+                         WHERE id IN (SELECT id FROM %1$I.jobs
+                                       WHERE state = ''active'' AND worker_id = $1 AND lease_expires_at > now()
+                                       ORDER BY id FOR UPDATE)',
                        q.schema_name) USING worker;
         GET DIAGNOSTICS n = ROW_COUNT;
         IF n > 0 THEN

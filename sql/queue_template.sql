@@ -381,8 +381,9 @@ $fn$;
 -- Completes the active jobs among `ids` whose lease token matches (a NULL token matches any), in
 -- one statement, and returns those it completed. Ids it skips (unknown, stale lease, not active)
 -- are left unchanged for the caller to ack one by one, which raises the precise error. Rows are
--- locked in id order (the UPDATE visits the sorted input's ids one by one, through the primary
--- key) so concurrent batches cannot deadlock.
+-- locked in id order first, as every multi-row locker takes them (cancel_workflow, heartbeat, the
+-- admin bulk actions): the UPDATE's own order is the plan's, and on a small table that is a
+-- sequential scan's (physical order), which deadlocked against a workflow cancel.
 CREATE OR REPLACE FUNCTION __SCHEMA__.ack_many(ids uuid[], tokens uuid[], results jsonb[])
 RETURNS SETOF s3p.job
 LANGUAGE plpgsql
@@ -393,20 +394,23 @@ AS $fn$
 DECLARE
     job s3p.job;
 BEGIN
-    -- One statement: complete in id order, record the events.
+    -- One statement: lock in id order, complete, record the events.
     FOR job IN
         WITH input AS (
             SELECT i.id, i.token, i.result FROM unnest(ids, tokens, results) AS i(id, token, result)
-             ORDER BY i.id
-        ), completed AS (
+        ), locked AS MATERIALIZED (
             -- coalesce(state): written as `state = 'active'` it matches the lease index's predicate,
             -- and a generic plan may then walk every active lease instead of looking the ids up.
+            SELECT j.id, i.result FROM __SCHEMA__.jobs j JOIN input i ON j.id = i.id
+             WHERE coalesce(j.state, '') = 'active' AND (i.token IS NULL OR i.token = j.lease_token)
+             ORDER BY j.id
+               FOR UPDATE OF j
+        ), completed AS (
             UPDATE __SCHEMA__.jobs j
-               SET state = 'completed', previous_state = 'active', completed_at = now(), result = i.result,
+               SET state = 'completed', previous_state = 'active', completed_at = now(), result = l.result,
                    error = NULL, lease_token = NULL, lease_expires_at = NULL
-              FROM input i
-             WHERE j.id = i.id AND coalesce(j.state, '') = 'active'
-               AND (i.token IS NULL OR i.token = j.lease_token)
+              FROM locked l
+             WHERE j.id = l.id
             RETURNING j.*
         ), recorded AS (
             SELECT s3p.record_events(

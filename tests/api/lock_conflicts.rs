@@ -259,3 +259,90 @@ async fn an_ack_waiting_on_a_locked_job_does_not_hold_up_other_acks() {
         "the locked job's ack, once released: {body}"
     );
 }
+
+/// A batch ack takes its jobs' row locks in id order, as a workflow cancel and a heartbeat do,
+/// whatever the jobs' order on disk: while the higher id is locked elsewhere, the waiting ack
+/// already holds the lower one. (Taken in the plan's order, a sequential scan's on a small table,
+/// it raced a workflow cancel into a deadlock.)
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_batch_ack_locks_its_jobs_in_id_order_whatever_their_order_on_disk() {
+    use sqlx::{Connection, PgConnection};
+    use std::time::Duration;
+
+    let app = common::spawn_app().await;
+    let http = common::http::Http::new(&app);
+    let q = "ordered";
+    let (low, high) = (Uuid::now_v7(), Uuid::now_v7());
+    assert!(low < high);
+    // The higher id is stored first, so a scan of the table meets it first.
+    let jobs: Vec<Value> = [high, low]
+        .iter()
+        .map(|id| json!({"id": id.to_string(), "type": "ordered.job", "args": [], "options": {"queue": q}}))
+        .collect();
+    http.ok_post("/ojs/v1/jobs/batch", json!({ "jobs": jobs }))
+        .await;
+    let fetched = http
+        .ok_post(
+            "/ojs/v1/workers/fetch",
+            json!({"queues": [q], "count": 2, "worker_id": "w"}),
+        )
+        .await;
+    let acks: Vec<Value> = fetched["jobs"]
+        .as_array()
+        .expect("jobs")
+        .iter()
+        .map(|j| json!({"job_id": j["id"], "lease_token": j["lease_token"]}))
+        .collect();
+    assert_eq!(acks.len(), 2, "{fetched}");
+
+    let mut holder = PgConnection::connect(&app.database_url)
+        .await
+        .expect("connect");
+    let mut held = holder.begin().await.expect("begin");
+    sqlx::query("SELECT 1 FROM s3q_ordered.jobs WHERE id = $1 FOR UPDATE")
+        .bind(high)
+        .execute(&mut *held)
+        .await
+        .expect("lock the higher id");
+    let mut prober = PgConnection::connect(&app.database_url)
+        .await
+        .expect("connect");
+    let acked = http.post("/ojs/v1/workers/ack/batch", json!({ "acks": acks }));
+    let probe = async {
+        // Until the ack waits on the held row, then: is the lower id locked?
+        let mut waited = Duration::ZERO;
+        loop {
+            let waiting: i64 = sqlx::query_scalar(
+                "SELECT count(*) FROM pg_stat_activity
+                  WHERE wait_event_type = 'Lock' AND query LIKE '%ack_many%'",
+            )
+            .fetch_one(&mut prober)
+            .await
+            .expect("activity");
+            if waiting > 0 {
+                break;
+            }
+            assert!(waited < Duration::from_secs(10), "the ack never waited");
+            tokio::time::sleep(Duration::from_millis(20)).await;
+            waited += Duration::from_millis(20);
+        }
+        let mut tx = prober.begin().await.expect("begin");
+        let lower = sqlx::query("SELECT 1 FROM s3q_ordered.jobs WHERE id = $1 FOR UPDATE NOWAIT")
+            .bind(low)
+            .execute(&mut *tx)
+            .await;
+        tx.rollback().await.expect("rollback");
+        held.commit().await.expect("release the higher id");
+        lower
+    };
+    let ((status, body), lower) = tokio::join!(acked, probe);
+    let error = lower.expect_err("the waiting ack holds the lower id already");
+    assert_eq!(
+        error.as_database_error().and_then(|e| e.code()).as_deref(),
+        Some("55P03"),
+        "{error}"
+    );
+    assert_eq!(status.as_u16(), 200, "{body}");
+    assert_eq!(body["acknowledged"], 2, "{body}");
+    app.stop().await;
+}
