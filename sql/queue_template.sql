@@ -381,9 +381,10 @@ $fn$;
 -- Completes the active jobs among `ids` whose lease token matches (a NULL token matches any), in
 -- one statement, and returns those it completed. Ids it skips (unknown, stale lease, not active)
 -- are left unchanged for the caller to ack one by one, which raises the precise error. Rows are
--- locked in id order first, as every multi-row locker takes them (cancel_workflow, heartbeat, the
--- admin bulk actions): the UPDATE's own order is the plan's, and on a small table that is a
--- sequential scan's (physical order), which deadlocked against a workflow cancel.
+-- locked in id order first, as every statement that waits for many jobs' locks takes them
+-- (cancel_workflow, heartbeat, the admin bulk actions): the UPDATE's own order is its plan's, on a
+-- small table a sequential scan's, and that deadlocked against a workflow cancel. One job needs no
+-- order, and its lock would cost a WAL record.
 CREATE OR REPLACE FUNCTION __SCHEMA__.ack_many(ids uuid[], tokens uuid[], results jsonb[])
 RETURNS SETOF s3p.job
 LANGUAGE plpgsql
@@ -394,23 +395,25 @@ AS $fn$
 DECLARE
     job s3p.job;
 BEGIN
-    -- One statement: lock in id order, complete, record the events.
+    IF cardinality(ids) > 1 THEN
+        PERFORM FROM __SCHEMA__.jobs j JOIN unnest(ids, tokens) AS i(id, token) ON j.id = i.id
+         WHERE coalesce(j.state, '') = 'active' AND (i.token IS NULL OR i.token = j.lease_token)
+         ORDER BY j.id
+           FOR UPDATE OF j;
+    END IF;
+    -- One statement: complete, record the events.
     FOR job IN
         WITH input AS (
             SELECT i.id, i.token, i.result FROM unnest(ids, tokens, results) AS i(id, token, result)
-        ), locked AS MATERIALIZED (
+        ), completed AS (
             -- coalesce(state): written as `state = 'active'` it matches the lease index's predicate,
             -- and a generic plan may then walk every active lease instead of looking the ids up.
-            SELECT j.id, i.result FROM __SCHEMA__.jobs j JOIN input i ON j.id = i.id
-             WHERE coalesce(j.state, '') = 'active' AND (i.token IS NULL OR i.token = j.lease_token)
-             ORDER BY j.id
-               FOR UPDATE OF j
-        ), completed AS (
             UPDATE __SCHEMA__.jobs j
-               SET state = 'completed', previous_state = 'active', completed_at = now(), result = l.result,
+               SET state = 'completed', previous_state = 'active', completed_at = now(), result = i.result,
                    error = NULL, lease_token = NULL, lease_expires_at = NULL
-              FROM locked l
-             WHERE j.id = l.id
+              FROM input i
+             WHERE j.id = i.id AND coalesce(j.state, '') = 'active'
+               AND (i.token IS NULL OR i.token = j.lease_token)
             RETURNING j.*
         ), recorded AS (
             SELECT s3p.record_events(
