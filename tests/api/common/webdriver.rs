@@ -179,8 +179,8 @@ impl Browser {
             if status.is_success() {
                 return value["value"].clone();
             }
-            assert_eq!(
-                value["value"]["error"], "stale element reference",
+            assert!(
+                is_stale(&value["value"]),
                 "WebDriver {action} on {css}: {status} {value}"
             );
             tokio::time::sleep(Duration::from_millis(100)).await;
@@ -256,4 +256,14 @@ impl Drop for Browser {
         // A failed test still stops its driver (and the browser it started).
         let _ = self.driver.kill();
     }
+}
+
+/// Whether a WebDriver error says the element left the page (the page re-rendered it). Newer
+/// chromedrivers report some of these as an "unknown error" from the inspector instead.
+fn is_stale(error: &Value) -> bool {
+    error["error"] == "stale element reference"
+        || (error["error"] == "unknown error"
+            && error["message"]
+                .as_str()
+                .is_some_and(|m| m.contains("does not belong to the document")))
 }
