@@ -335,24 +335,37 @@ $$;
 
 -- Completes many active jobs in one transaction (one commit for all): the jobs it completed, in
 -- no particular order. Ids it leaves out were unknown, stale or not active; the caller acks those
--- one by one for their precise error.
+-- one by one for their precise error. Lock order: each queue's jobs (queues by name, as every
+-- statement that locks jobs of several queues takes them), then the workflows of the completed
+-- steps in workflow id order, after every job row.
 CREATE OR REPLACE FUNCTION s3p.ack_many(ids uuid[], tokens uuid[], results jsonb[]) RETURNS SETOF s3p.job
 LANGUAGE plpgsql AS $$
 DECLARE
     part record;
+    job s3p.job;
+    steps s3p.job[] := '{}';
 BEGIN
     FOR part IN
-        SELECT q.schema_name, array_agg(u.ord ORDER BY u.ord) AS ords
+        SELECT min(q.name) AS name, q.schema_name, array_agg(u.ord ORDER BY u.ord) AS ords
           FROM unnest(ids) WITH ORDINALITY AS u(id, ord)
           JOIN s3p.job_queues(ids) i ON i.id = u.id
           JOIN s3p.queues q ON q.name = i.queue
          GROUP BY q.schema_name
-         ORDER BY q.schema_name
+         ORDER BY 1
     LOOP
-        RETURN QUERY EXECUTE format('SELECT * FROM %I.ack_many($1, $2, $3)', part.schema_name)
+        FOR job IN EXECUTE format('SELECT * FROM %I.ack_many($1, $2, $3, false)', part.schema_name)
             USING ARRAY(SELECT ids[o] FROM unnest(part.ords) AS o),
                   ARRAY(SELECT tokens[o] FROM unnest(part.ords) AS o),
-                  ARRAY(SELECT results[o] FROM unnest(part.ords) AS o);
+                  ARRAY(SELECT results[o] FROM unnest(part.ords) AS o)
+        LOOP
+            IF job.workflow_id IS NOT NULL THEN
+                steps := steps || job;
+            END IF;
+            RETURN NEXT job;
+        END LOOP;
+    END LOOP;
+    FOR job IN SELECT * FROM unnest(steps) ORDER BY workflow_id, seq LOOP
+        PERFORM s3p.workflow_step_done(job.workflow_id, job.id, job.state, job.result);
     END LOOP;
 END
 $$;

@@ -170,8 +170,9 @@ END
 $$;
 
 -- Cancels a running workflow: its enqueued steps are cancelled, waiting steps never run.
--- Lock order, as every job transition takes it (ack, nack, cancel, maintenance): the job rows in
--- id order, then the workflow row. So the enqueued steps' jobs are locked before the workflow.
+-- Lock order, as every job transition takes it (ack, nack, cancel, maintenance): the job rows by
+-- queue name, then id (as heartbeats, bulk actions and acks of several queues take them), then
+-- the workflow row. So the enqueued steps' jobs are locked before the workflow.
 CREATE OR REPLACE FUNCTION s3p.cancel_workflow(wf_id uuid) RETURNS jsonb
 LANGUAGE plpgsql AS $$
 DECLARE
@@ -187,9 +188,13 @@ BEGIN
     IF wf.state <> 'running' THEN
         RAISE EXCEPTION 'workflow % is already %', wf_id, wf.state USING ERRCODE = 'PV409';
     END IF;
-    PERFORM s3p.lock_job(s.job_id) FROM (
-        SELECT s.job_id FROM s3p.workflow_steps s
-         WHERE s.workflow_id = wf_id AND s.state = 'enqueued' ORDER BY s.job_id) s;
+    FOR step IN
+        SELECT q.id FROM s3p.job_queues(ARRAY(
+            SELECT s.job_id FROM s3p.workflow_steps s WHERE s.workflow_id = wf_id AND s.state = 'enqueued')) q
+         ORDER BY q.queue, q.id
+    LOOP
+        PERFORM s3p.lock_job(step.id);
+    END LOOP;
     SELECT * INTO wf FROM s3p.workflows w WHERE w.id = wf_id FOR UPDATE;
     IF wf.state <> 'running' THEN
         RAISE EXCEPTION 'workflow % is already %', wf_id, wf.state USING ERRCODE = 'PV409';

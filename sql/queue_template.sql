@@ -384,8 +384,12 @@ $fn$;
 -- locked in id order first, as every statement that waits for many jobs' locks takes them
 -- (cancel_workflow, heartbeat, the admin bulk actions): the UPDATE's own order is its plan's, on a
 -- small table a sequential scan's, and that deadlocked against a workflow cancel. One job needs no
--- order, and its lock would cost a WAL record.
-CREATE OR REPLACE FUNCTION __SCHEMA__.ack_many(ids uuid[], tokens uuid[], results jsonb[])
+-- order, and its lock would cost a WAL record. The completed jobs' workflows are told after every
+-- job row is locked, in workflow id order (`settle` false: the caller tells them, after the jobs of
+-- its other queues).
+DROP FUNCTION IF EXISTS __SCHEMA__.ack_many(uuid[], uuid[], jsonb[]);
+CREATE OR REPLACE FUNCTION __SCHEMA__.ack_many(ids uuid[], tokens uuid[], results jsonb[],
+                                               settle boolean DEFAULT true)
 RETURNS SETOF s3p.job
 LANGUAGE plpgsql
 -- Its statements look rows up by id: the generic plan is always right, and re-planning a custom
@@ -425,9 +429,9 @@ BEGIN
                            'result', c.result) ORDER BY c.seq)) AS events
               FROM completed c
         )
-        SELECT c.* FROM completed c, recorded ORDER BY c.seq
+        SELECT c.* FROM completed c, recorded ORDER BY c.workflow_id, c.seq
     LOOP
-        IF job.workflow_id IS NOT NULL THEN
+        IF settle AND job.workflow_id IS NOT NULL THEN
             PERFORM __SCHEMA__.settled(job);
         END IF;
         RETURN NEXT job;

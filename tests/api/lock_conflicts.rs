@@ -346,3 +346,197 @@ async fn a_batch_ack_locks_its_jobs_in_id_order_whatever_their_order_on_disk() {
     assert_eq!(body["acknowledged"], 2, "{body}");
     app.stop().await;
 }
+
+/// Waits until a backend running `statement` waits for a lock.
+async fn until_waiting(probe: &mut sqlx::PgConnection, statement: &str) {
+    let pattern = format!("%{statement}%");
+    for _ in 0..500 {
+        let waiting: i64 = sqlx::query_scalar(
+            "SELECT count(*) FROM pg_stat_activity WHERE wait_event_type = 'Lock' AND query LIKE $1",
+        )
+        .bind(&pattern)
+        .fetch_one(&mut *probe)
+        .await
+        .expect("activity");
+        if waiting > 0 {
+            return;
+        }
+        tokio::time::sleep(std::time::Duration::from_millis(20)).await;
+    }
+    panic!("{statement} never waited for a lock");
+}
+
+/// Whether `sql` (a `FOR UPDATE NOWAIT` of one row) finds the row locked; releases it at once.
+async fn row_is_locked(probe: &mut sqlx::PgConnection, sql: &'static str, id: Uuid) -> bool {
+    use sqlx::Connection;
+    let mut tx = probe.begin().await.expect("begin");
+    let outcome = sqlx::query(sql).bind(id).execute(&mut *tx).await;
+    tx.rollback().await.expect("rollback");
+    match outcome {
+        Ok(_) => false,
+        Err(e) if e.as_database_error().and_then(|d| d.code()).as_deref() == Some("55P03") => true,
+        Err(e) => panic!("{sql}: {e}"),
+    }
+}
+
+/// A workflow cancel locks its steps' jobs by queue name, then id, as heartbeats, bulk actions
+/// and acks of several queues take them (it took them by id alone, and deadlocked with a
+/// heartbeat of the same jobs): with its step in queue `zq` held elsewhere, the waiting cancel
+/// already holds its step in `aq`, though that one's id is higher.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_workflow_cancel_locks_its_jobs_by_queue_then_id() {
+    use sqlx::{Connection, PgConnection};
+
+    let app = common::spawn_app().await;
+    let http = common::http::Http::new(&app);
+    let created = http
+        .ok_post(
+            "/ojs/v1/workflows",
+            json!({"type": "group", "name": "two-queues", "steps": [
+                {"type": "t.z", "args": [], "options": {"queue": "zq"}},
+                {"type": "t.a", "args": [], "options": {"queue": "aq"}}]}),
+        )
+        .await;
+    let workflow = created["workflow"]["id"].as_str().expect("id").to_string();
+    let step = |queue: &str| -> Uuid {
+        created["workflow"]["steps"]
+            .as_array()
+            .expect("steps")
+            .iter()
+            .zip(["zq", "aq"])
+            .find(|(_, q)| *q == queue)
+            .and_then(|(s, _)| s["job_id"].as_str())
+            .and_then(|id| id.parse().ok())
+            .expect("step job id")
+    };
+    let (z, a) = (step("zq"), step("aq"));
+    assert!(z < a, "the steps' ids follow their order: {created}");
+
+    let mut holder = PgConnection::connect(&app.database_url)
+        .await
+        .expect("connect");
+    let mut held = holder.begin().await.expect("begin");
+    sqlx::query("SELECT 1 FROM s3q_zq.jobs WHERE id = $1 FOR UPDATE")
+        .bind(z)
+        .execute(&mut *held)
+        .await
+        .expect("lock the zq step");
+    let mut probe = PgConnection::connect(&app.database_url)
+        .await
+        .expect("connect");
+    let path = format!("/ojs/v1/workflows/{workflow}");
+    let cancel = http.delete(&path);
+    let check = async {
+        until_waiting(&mut probe, "cancel_workflow").await;
+        let locked = row_is_locked(
+            &mut probe,
+            "SELECT 1 FROM s3q_aq.jobs WHERE id = $1 FOR UPDATE NOWAIT",
+            a,
+        )
+        .await;
+        held.commit().await.expect("release the zq step");
+        locked
+    };
+    let ((status, body), aq_locked) = tokio::join!(cancel, check);
+    assert!(
+        aq_locked,
+        "the cancel waiting on zq holds aq's step already"
+    );
+    assert_eq!(status.as_u16(), 200, "{body}");
+    assert_eq!(body["workflow"]["state"], "cancelled", "{body}");
+    app.stop().await;
+}
+
+/// A batch ack tells its jobs' workflows in workflow id order, after every job row (it told them
+/// in the jobs' order, and two acks naming the same two workflows deadlocked): while the first
+/// workflow's row is held elsewhere, the waiting ack has not locked the second, though its job
+/// came first.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_batch_ack_locks_its_workflows_in_id_order() {
+    use sqlx::{Connection, PgConnection};
+
+    let app = common::spawn_app().await;
+    let http = common::http::Http::new(&app);
+    let q = "wf-order";
+    let step = |t: &str| json!({"type": t, "args": [], "options": {"queue": q}});
+    let first = http
+        .ok_post(
+            "/ojs/v1/workflows",
+            json!({"type": "chain", "name": "first", "steps": [step("t.a"), step("t.b")]}),
+        )
+        .await;
+    let second = http
+        .ok_post(
+            "/ojs/v1/workflows",
+            json!({"type": "group", "name": "second", "steps": [step("t.c")]}),
+        )
+        .await;
+    let id = |w: &Value| -> Uuid {
+        w["workflow"]["id"]
+            .as_str()
+            .and_then(|id| id.parse().ok())
+            .expect("workflow id")
+    };
+    let (w1, w2) = (id(&first), id(&second));
+    assert!(w1 < w2, "workflow ids follow their creation");
+    // Complete the first's step a: its step b is stored after the second's c.
+    let fetched = http
+        .ok_post(
+            "/ojs/v1/workers/fetch",
+            json!({"queues": [q], "count": 1, "worker_id": "w"}),
+        )
+        .await;
+    let a = &fetched["jobs"][0];
+    assert_eq!(a["type"], "t.a", "{fetched}");
+    http.ok_post(
+        "/ojs/v1/workers/ack",
+        json!({"job_id": a["id"], "lease_token": a["lease_token"]}),
+    )
+    .await;
+    let fetched = http
+        .ok_post(
+            "/ojs/v1/workers/fetch",
+            json!({"queues": [q], "count": 2, "worker_id": "w"}),
+        )
+        .await;
+    let jobs = fetched["jobs"].as_array().expect("jobs");
+    let types: Vec<&str> = jobs.iter().filter_map(|j| j["type"].as_str()).collect();
+    assert_eq!(types, ["t.c", "t.b"], "{fetched}");
+    let acks: Vec<Value> = jobs
+        .iter()
+        .map(|j| json!({"job_id": j["id"], "lease_token": j["lease_token"]}))
+        .collect();
+
+    let mut holder = PgConnection::connect(&app.database_url)
+        .await
+        .expect("connect");
+    let mut held = holder.begin().await.expect("begin");
+    sqlx::query("SELECT 1 FROM s3p.workflows WHERE id = $1 FOR UPDATE")
+        .bind(w1)
+        .execute(&mut *held)
+        .await
+        .expect("lock the first workflow");
+    let mut probe = PgConnection::connect(&app.database_url)
+        .await
+        .expect("connect");
+    let acked = http.post("/ojs/v1/workers/ack/batch", json!({ "acks": acks }));
+    let check = async {
+        until_waiting(&mut probe, "ack_many").await;
+        let locked = row_is_locked(
+            &mut probe,
+            "SELECT 1 FROM s3p.workflows WHERE id = $1 FOR UPDATE NOWAIT",
+            w2,
+        )
+        .await;
+        held.commit().await.expect("release the first workflow");
+        locked
+    };
+    let ((status, body), second_locked) = tokio::join!(acked, check);
+    assert!(
+        !second_locked,
+        "the ack waiting on the first workflow has not locked the second"
+    );
+    assert_eq!(status.as_u16(), 200, "{body}");
+    assert_eq!(body["acknowledged"], 2, "{body}");
+    app.stop().await;
+}
