@@ -89,8 +89,8 @@ fn job_list(
     page: Result<CountedPage<crate::core::Job>, CoreError>,
 ) -> Result<pb::ListAdminJobsResponse, CoreError> {
     page.map(|page| pb::ListAdminJobsResponse {
-        jobs: page.items.iter().map(|j| job(j, false)).collect(),
         pagination: Some(pagination(&page)),
+        jobs: page.items.into_iter().map(|j| job(j, false)).collect(),
     })
 }
 
@@ -196,7 +196,7 @@ impl AdminJobs<'_> {
         answer(
             &id,
             result.map(|j| pb::AdminJobResponse {
-                job: Some(job(&j, false)),
+                job: Some(job(j, false)),
             }),
         )
     }
@@ -215,7 +215,7 @@ impl AdminJobs<'_> {
         answer(
             &id,
             result.map(|j| pb::AdminJobResponse {
-                job: Some(job(&j, false)),
+                job: Some(job(j, false)),
             }),
         )
     }

@@ -157,6 +157,13 @@ pub fn to_struct(map: &Map<String, Value>) -> prost_types::Struct {
     }
 }
 
+/// JSON object → protobuf Struct, moving its keys and values.
+pub fn into_struct(map: Map<String, Value>) -> prost_types::Struct {
+    prost_types::Struct {
+        fields: map.into_iter().map(|(k, v)| (k, into_value(v))).collect(),
+    }
+}
+
 /// Protobuf Value → JSON; integral numbers come back as integers.
 pub fn from_value(value: prost_types::Value) -> Value {
     match value.kind {
@@ -261,35 +268,36 @@ fn job_error(error: &Value) -> pb::JobError {
 }
 
 /// A job as a protobuf message; the lease token only goes to the worker that claimed it.
-pub fn job(job: &Job, with_lease: bool) -> pb::Job {
-    let ts = |t: &Option<DateTime<Utc>>| t.as_ref().map(timestamp);
+pub fn job(job: Job, with_lease: bool) -> pb::Job {
+    let ts = |t: Option<DateTime<Utc>>| t.as_ref().map(timestamp);
+    let result = job
+        .result
+        .as_ref()
+        .and_then(Value::as_object)
+        .map(to_struct);
     pb::Job {
         id: job.id.to_string(),
-        r#type: job.job_type.clone(),
-        queue: job.queue.clone(),
-        args: job.args.iter().map(to_value).collect(),
-        meta: Some(to_struct(&job.meta.clone().unwrap_or_default())),
+        r#type: job.job_type,
+        queue: job.queue,
+        args: job.args.into_iter().map(into_value).collect(),
+        meta: Some(into_struct(job.meta.unwrap_or_default())),
         state: state(job.state) as i32,
         priority: job.priority,
         attempt: job.attempt,
         max_attempts: job.max_attempts,
         retry_policy: Some(retry_policy(&job.retry)),
         unique_policy: None,
-        result: job
-            .result
-            .as_ref()
-            .and_then(Value::as_object)
-            .map(to_struct),
+        result,
         errors: job.errors.iter().map(job_error).collect(),
         created_at: Some(timestamp(&job.created_at)),
-        enqueued_at: ts(&job.enqueued_at),
-        scheduled_at: ts(&job.scheduled_at),
-        started_at: ts(&job.started_at),
-        completed_at: ts(&job.completed_at),
-        expires_at: ts(&job.expires_at),
+        enqueued_at: ts(job.enqueued_at),
+        scheduled_at: ts(job.scheduled_at),
+        started_at: ts(job.started_at),
+        completed_at: ts(job.completed_at),
+        expires_at: ts(job.expires_at),
         timeout: job.timeout_ms.map(duration),
         visibility_timeout: job.visibility_timeout_ms.map(duration),
-        tags: job.tags.clone(),
+        tags: job.tags,
         trace_id: String::new(),
         workflow_id: job.workflow_id.map(|w| w.to_string()).unwrap_or_default(),
         specversion: "1.0".to_string(),
@@ -300,18 +308,16 @@ pub fn job(job: &Job, with_lease: bool) -> pb::Job {
         unknown_fields_json: if job.extra.is_empty() {
             String::new()
         } else {
-            Value::Object(job.extra.clone()).to_string()
+            Value::Object(job.extra).to_string()
         },
-        cancelled_at: ts(&job.cancelled_at),
+        cancelled_at: ts(job.cancelled_at),
         retry_delay_ms: job.retry_delay_ms.unwrap_or(0),
         timeout_ms: job.timeout_ms.unwrap_or(0),
-        result_value: job.result.as_ref().map(to_value),
-        parent_results: job
-            .parent_results
-            .as_ref()
-            .and_then(Value::as_array)
-            .map(|a| a.iter().map(to_value).collect())
-            .unwrap_or_default(),
+        result_value: job.result.map(into_value),
+        parent_results: match job.parent_results {
+            Some(Value::Array(results)) => results.into_iter().map(into_value).collect(),
+            _ => Vec::new(),
+        },
     }
 }
 

@@ -108,7 +108,7 @@ impl OjsService for GrpcAdapter {
         answer(
             &id,
             result.map(|e| pb::EnqueueResponse {
-                job: Some(convert::job(&e.job, false)),
+                job: Some(convert::job(e.job, false)),
             }),
         )
     }
@@ -142,7 +142,7 @@ impl OjsService for GrpcAdapter {
             &id,
             result.map(|jobs| pb::EnqueueBatchResponse {
                 count: jobs.len() as i32,
-                jobs: jobs.iter().map(|j| convert::job(j, false)).collect(),
+                jobs: jobs.into_iter().map(|j| convert::job(j, false)).collect(),
                 errors: Default::default(),
             }),
         )
@@ -161,7 +161,7 @@ impl OjsService for GrpcAdapter {
         answer(
             &id,
             result.map(|job| pb::GetJobResponse {
-                job: Some(convert::job(&job, false)),
+                job: Some(convert::job(job, false)),
             }),
         )
     }
@@ -179,7 +179,7 @@ impl OjsService for GrpcAdapter {
         answer(
             &id,
             result.map(|job| pb::CancelJobResponse {
-                job: Some(convert::job(&job, false)),
+                job: Some(convert::job(job, false)),
             }),
         )
     }
@@ -197,7 +197,7 @@ impl OjsService for GrpcAdapter {
         answer(
             &id,
             result.map(|job| pb::ActivateJobResponse {
-                job: Some(convert::job(&job, false)),
+                job: Some(convert::job(job, false)),
             }),
         )
     }
@@ -222,7 +222,7 @@ impl OjsService for GrpcAdapter {
         answer(
             &id,
             result.map(|jobs| pb::FetchResponse {
-                jobs: jobs.iter().map(|j| convert::job(j, true)).collect(),
+                jobs: jobs.into_iter().map(|j| convert::job(j, true)).collect(),
             }),
         )
     }
@@ -241,7 +241,7 @@ impl OjsService for GrpcAdapter {
             &id,
             acked.map(|job| pb::AckResponse {
                 acknowledged: true,
-                job: Some(convert::job(&job, false)),
+                job: Some(convert::job(job, false)),
             }),
         )
     }
@@ -268,13 +268,19 @@ impl OjsService for GrpcAdapter {
         answer(
             &id,
             result.map(|job| {
-                let wire = convert::job(&job, false);
+                let next_attempt_at = convert::next_attempt_at(&job);
+                let (retry_delay_ms, attempt, max_attempts) = (
+                    job.retry_delay_ms.unwrap_or(0),
+                    job.attempt,
+                    job.max_attempts,
+                );
+                let wire = convert::job(job, false);
                 pb::NackResponse {
                     state: wire.state,
-                    next_attempt_at: convert::next_attempt_at(&job),
-                    retry_delay_ms: job.retry_delay_ms.unwrap_or(0),
-                    attempt: job.attempt,
-                    max_attempts: job.max_attempts,
+                    next_attempt_at,
+                    retry_delay_ms,
+                    attempt,
+                    max_attempts,
                     job: Some(wire),
                 }
             }),
@@ -357,7 +363,7 @@ impl OjsService for GrpcAdapter {
         // A stream lasts as long as its worker: it holds no admission slot.
         slot.release();
         let stream = jobs.map(move |job| {
-            job.map(|j| convert::job(&j, true))
+            job.map(|j| convert::job(j, true))
                 .map_err(|e| status_of(&e, &id))
         });
         Ok(Response::new(Box::pin(stream)))
@@ -501,12 +507,16 @@ impl OjsService for GrpcAdapter {
         answer(
             &id,
             result.map(|page| pb::ListDeadLetterResponse {
-                jobs: page.jobs.iter().map(|j| convert::job(j, false)).collect(),
-                total_count: page.total,
                 next_cursor: page
                     .next_offset()
                     .map(|n| n.to_string())
                     .unwrap_or_default(),
+                total_count: page.total,
+                jobs: page
+                    .jobs
+                    .into_iter()
+                    .map(|j| convert::job(j, false))
+                    .collect(),
             }),
         )
     }
@@ -524,7 +534,7 @@ impl OjsService for GrpcAdapter {
         answer(
             &id,
             result.map(|job| pb::RetryDeadLetterResponse {
-                job: Some(convert::job(&job, false)),
+                job: Some(convert::job(job, false)),
             }),
         )
     }

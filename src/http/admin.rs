@@ -89,7 +89,7 @@ pub fn queue_detail(detail: &QueueDetail) -> types::AdminQueueDetail {
 /// A job in full: the data plane's envelope plus the spec's `retry_policy` and `metadata`
 /// (every lifecycle time, null when it has not happened).
 pub fn job_detail(job: &Job) -> types::Job {
-    let mut wire = convert::job(job, false);
+    let mut wire = convert::job(job.clone(), false);
     let time = |t: &Option<chrono::DateTime<chrono::Utc>>| match t {
         Some(t) => Value::String(format_time(t)),
         None => Value::Null,
@@ -129,7 +129,11 @@ pub fn job_detail(job: &Job) -> types::Job {
 
 fn job_list(page: &CountedPage<Job>) -> types::AdminJobList {
     types::AdminJobList {
-        items: page.items.iter().map(|j| convert::job(j, false)).collect(),
+        items: page
+            .items
+            .iter()
+            .map(|j| convert::job(j.clone(), false))
+            .collect(),
         pagination: pagination(page),
     }
 }

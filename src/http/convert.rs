@@ -30,16 +30,18 @@ fn retry(policy: &RetryPolicy) -> types::RetryPolicy {
     }
 }
 
-/// A job on the wire; the lease token only goes to the worker that claimed it.
-pub fn job(job: &Job, with_lease: bool) -> types::Job {
-    let time = |t: &Option<chrono::DateTime<chrono::Utc>>| t.as_ref().map(format_time);
+/// A job on the wire; the lease token only goes to the worker that claimed it. Takes the job, so
+/// its payload moves onto the wire instead of being copied.
+pub fn job(job: Job, with_lease: bool) -> types::Job {
+    let time = |t: Option<chrono::DateTime<chrono::Utc>>| t.as_ref().map(format_time);
     types::Job {
         specversion: "1.0".to_string(),
         id: job.id.to_string(),
-        r#type: job.job_type.clone(),
-        queue: job.queue.clone(),
-        args: job.args.clone(),
-        meta: Some(job.meta.clone().unwrap_or_default()),
+        retry: Some(retry(&job.retry)),
+        r#type: job.job_type,
+        queue: job.queue,
+        args: job.args,
+        meta: Some(job.meta.unwrap_or_default()),
         schema: None,
         state: job.state.as_str().to_string(),
         priority: i64::from(job.priority),
@@ -47,43 +49,48 @@ pub fn job(job: &Job, with_lease: bool) -> types::Job {
         max_attempts: i64::from(job.max_attempts),
         timeout_ms: job.timeout_ms,
         visibility_timeout_ms: job.visibility_timeout_ms,
-        tags: (!job.tags.is_empty()).then(|| job.tags.clone()),
-        retry: Some(retry(&job.retry)),
-        unique: job.unique.clone(),
+        tags: (!job.tags.is_empty()).then_some(job.tags),
+        unique: job.unique,
         created_at: format_time(&job.created_at),
-        enqueued_at: time(&job.enqueued_at),
-        scheduled_at: time(&job.scheduled_at),
-        expires_at: time(&job.expires_at),
-        started_at: time(&job.started_at),
-        completed_at: time(&job.completed_at),
-        cancelled_at: time(&job.cancelled_at),
-        result: job.result.clone(),
-        error: job.error.as_ref().and_then(|e| e.as_object().cloned()),
+        enqueued_at: time(job.enqueued_at),
+        scheduled_at: time(job.scheduled_at),
+        expires_at: time(job.expires_at),
+        started_at: time(job.started_at),
+        completed_at: time(job.completed_at),
+        cancelled_at: time(job.cancelled_at),
+        result: job.result,
+        error: job.error.and_then(|e| match e {
+            Value::Object(error) => Some(error),
+            _ => None,
+        }),
         errors: (!job.errors.is_empty()).then(|| {
             job.errors
-                .iter()
-                .filter_map(|e| e.as_object().cloned())
+                .into_iter()
+                .filter_map(|e| match e {
+                    Value::Object(error) => Some(error),
+                    _ => None,
+                })
                 .collect()
         }),
         retry_delay_ms: job.retry_delay_ms,
-        worker_id: job.worker_id.clone(),
+        worker_id: job.worker_id,
         lease_token: if with_lease {
             job.lease_token.map(|t| t.to_string())
         } else {
             None
         },
         lease_expires_at: if with_lease {
-            time(&job.lease_expires_at)
+            time(job.lease_expires_at)
         } else {
             None
         },
         previous_state: job.previous_state.map(|s| s.as_str().to_string()),
         workflow_id: job.workflow_id.map(|w| w.to_string()),
-        parent_results: job
-            .parent_results
-            .as_ref()
-            .and_then(|p| p.as_array().cloned()),
-        extra: job.extra.clone(),
+        parent_results: job.parent_results.and_then(|p| match p {
+            Value::Array(results) => Some(results),
+            _ => None,
+        }),
+        extra: job.extra,
     }
 }
 
@@ -137,7 +144,7 @@ pub fn failure(error: types::NackError) -> Failure {
 
 /// The nack answer: the new state and, by state, when it runs again or when it ended.
 pub fn nack_response(job: &Job) -> types::NackResponse {
-    let wire = self::job(job, false);
+    let wire = self::job(job.clone(), false);
     types::NackResponse {
         id: wire.id.clone(),
         job_id: wire.id.clone(),

@@ -98,14 +98,12 @@ impl api::HttpApi for HttpAdapter {
         ctx.admit([job.queue()])?;
         job.trace_context = ctx.trace.clone();
         let enqueued = self.service.enqueue(job).await?;
+        let location = format!("/ojs/v1/jobs/{}", enqueued.job.id);
         let body = types::JobEnvelope {
-            job: convert::job(&enqueued.job, false),
+            job: convert::job(enqueued.job, false),
         };
         Ok(if enqueued.created {
-            api::EnqueueJobResponse::Created {
-                location: format!("/ojs/v1/jobs/{}", enqueued.job.id),
-                body,
-            }
+            api::EnqueueJobResponse::Created { location, body }
         } else {
             api::EnqueueJobResponse::Ok(body)
         })
@@ -131,7 +129,7 @@ impl api::HttpApi for HttpAdapter {
         Ok(api::EnqueueJobsResponse::Created(
             types::EnqueueBatchResponse {
                 count: jobs.len() as i64,
-                jobs: jobs.iter().map(|j| convert::job(j, false)).collect(),
+                jobs: jobs.into_iter().map(|j| convert::job(j, false)).collect(),
             },
         ))
     }
@@ -143,7 +141,7 @@ impl api::HttpApi for HttpAdapter {
     ) -> Result<api::GetJobResponse, ApiError> {
         let job = self.service.get_job(&ctx.scope(), &id).await?;
         Ok(api::GetJobResponse::Ok(types::JobEnvelope {
-            job: convert::job(&job, false),
+            job: convert::job(job, false),
         }))
     }
 
@@ -154,7 +152,7 @@ impl api::HttpApi for HttpAdapter {
     ) -> Result<api::CancelJobResponse, ApiError> {
         let job = self.service.cancel_job(&ctx.scope(), &id).await?;
         Ok(api::CancelJobResponse::Ok(types::JobEnvelope {
-            job: convert::job(&job, false),
+            job: convert::job(job, false),
         }))
     }
 
@@ -175,7 +173,7 @@ impl api::HttpApi for HttpAdapter {
             .service
             .fetch_then_idle(request, || ctx.admission.release())
             .await?;
-        let jobs: Vec<types::Job> = jobs.iter().map(|j| convert::job(j, true)).collect();
+        let jobs: Vec<types::Job> = jobs.into_iter().map(|j| convert::job(j, true)).collect();
         Ok(api::FetchJobsResponse::Ok(types::FetchResponse {
             job: jobs.first().cloned(),
             jobs,
@@ -198,17 +196,18 @@ impl api::HttpApi for HttpAdapter {
                 },
             )
             .await?;
-        let wire = convert::job(&job, false);
+        let completed_at = job
+            .completed_at
+            .as_ref()
+            .map(format_time)
+            .unwrap_or_default();
+        let wire = convert::job(job, false);
         Ok(api::AckJobResponse::Ok(types::AckResponse {
             acknowledged: true,
             id: wire.id.clone(),
             job_id: wire.id.clone(),
             state: wire.state.clone(),
-            completed_at: job
-                .completed_at
-                .as_ref()
-                .map(format_time)
-                .unwrap_or_default(),
+            completed_at,
             job: wire,
         }))
     }
@@ -295,7 +294,7 @@ impl api::HttpApi for HttpAdapter {
     ) -> Result<api::ActivateJobResponse, ApiError> {
         let job = self.service.activate_job(&ctx.scope(), &id).await?;
         Ok(api::ActivateJobResponse::Ok(types::JobEnvelope {
-            job: convert::job(&job, false),
+            job: convert::job(job, false),
         }))
     }
 
@@ -337,7 +336,11 @@ impl api::HttpApi for HttpAdapter {
             .await?;
         let has_more = page.next_offset().is_some();
         Ok(api::ListDeadLetterResponse::Ok(types::DeadLetterList {
-            jobs: page.jobs.iter().map(|j| convert::job(j, false)).collect(),
+            jobs: page
+                .jobs
+                .into_iter()
+                .map(|j| convert::job(j, false))
+                .collect(),
             pagination: types::Pagination {
                 total: page.total,
                 has_more,
@@ -356,7 +359,7 @@ impl api::HttpApi for HttpAdapter {
     ) -> Result<api::RetryDeadLetterResponse, ApiError> {
         let job = self.service.retry_dead_letter(&ctx.scope(), &id).await?;
         Ok(api::RetryDeadLetterResponse::Ok(types::JobEnvelope {
-            job: convert::job(&job, false),
+            job: convert::job(job, false),
         }))
     }
 
