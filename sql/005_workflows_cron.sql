@@ -96,6 +96,24 @@ BEGIN
 END
 $$;
 
+-- Tells the workflows of the enqueued steps among `ids` (jobs just cancelled, every job row of
+-- the statement already locked) that the steps were cancelled, in workflow id order: the order an
+-- ack of many jobs tells its workflows in.
+CREATE OR REPLACE FUNCTION s3p.workflow_steps_cancelled(ids uuid[]) RETURNS void
+LANGUAGE plpgsql AS $$
+DECLARE
+    step record;
+BEGIN
+    FOR step IN
+        SELECT s.workflow_id, s.job_id FROM s3p.workflow_steps s
+         WHERE s.job_id = ANY (ids) AND s.state = 'enqueued'
+         ORDER BY s.workflow_id, s.idx
+    LOOP
+        PERFORM s3p.workflow_step_done(step.workflow_id, step.job_id, 'cancelled', NULL);
+    END LOOP;
+END
+$$;
+
 -- Creates a workflow from prepared steps ([{key, depends_on: [idx], job}]) and enqueues what can run.
 CREATE OR REPLACE FUNCTION s3p.create_workflow(wf_id uuid, wf_name text, wf_type text, steps jsonb, wf_callbacks jsonb)
 RETURNS jsonb

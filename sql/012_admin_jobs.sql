@@ -130,7 +130,8 @@ $$;
 -- One action on one queue's jobs among `ids`: each row is locked in id order (as acks lock them)
 -- and changed only if its state still allows the action, checked on the locked row, so a job a
 -- worker acked meanwhile is left alone and one this action changed refuses the worker's answer.
--- Returns every id with NULL (done) or why not.
+-- Returns every id with NULL (done) or why not. The workflows of cancelled steps are the
+-- caller's to tell (s3p.workflow_steps_cancelled), after every queue's jobs.
 CREATE OR REPLACE FUNCTION s3p.admin_act(action text, queue_schema text, ids uuid[])
 RETURNS TABLE (job_id uuid, error text)
 LANGUAGE plpgsql AS $$
@@ -169,7 +170,6 @@ BEGIN
         LOOP
             done := done || changed.id;
             PERFORM s3p.emit('job.cancelled', changed, '{}');
-            EXECUTE format('SELECT %I.settled($1)', queue_schema) USING changed;
         END LOOP;
     ELSIF action = 'delete' THEN
         EXECUTE format($f$
@@ -209,6 +209,8 @@ DECLARE
     picked uuid[];
     picked_schemas text[];
     part record;
+    outcome record;
+    cancelled uuid[] := '{}';
     has_more boolean;
 BEGIN
     IF allowed IS NULL THEN
@@ -231,8 +233,20 @@ BEGIN
                   FROM unnest(picked[1:max], picked_schemas[1:max]) AS u(i, s)
                   JOIN s3p.queues q ON q.schema_name = u.s
                  GROUP BY u.s ORDER BY min(q.name) LOOP
-        RETURN QUERY SELECT a.job_id, a.error, has_more FROM s3p.admin_act(action, part.schema_name, part.ids) a;
+        FOR outcome IN SELECT a.job_id AS id, a.error AS why FROM s3p.admin_act(action, part.schema_name, part.ids) a LOOP
+            IF outcome.why IS NULL THEN
+                cancelled := cancelled || outcome.id;
+            END IF;
+            job_id := outcome.id;
+            error := outcome.why;
+            more := has_more;
+            RETURN NEXT;
+        END LOOP;
     END LOOP;
+    -- Workflows after every queue's jobs, in workflow id order.
+    IF action = 'cancel' THEN
+        PERFORM s3p.workflow_steps_cancelled(cancelled);
+    END IF;
 END
 $$;
 

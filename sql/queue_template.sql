@@ -622,6 +622,7 @@ DECLARE
     n_expired int := 0;
     n_removed int;
     changed s3p.job;
+    ended s3p.job[] := '{}';
 BEGIN
     FOR changed IN
         WITH due AS (
@@ -647,7 +648,9 @@ BEGIN
         RETURNING j.*
     LOOP
         n_released := n_released + 1;
-        PERFORM __SCHEMA__.settled(changed);
+        IF changed.workflow_id IS NOT NULL THEN
+            ended := ended || changed;
+        END IF;
     END LOOP;
 
     FOR changed IN
@@ -666,6 +669,12 @@ BEGIN
         RETURNING j.*
     LOOP
         n_expired := n_expired + 1;
+        IF changed.workflow_id IS NOT NULL THEN
+            ended := ended || changed;
+        END IF;
+    END LOOP;
+    -- Workflows after every job row, in workflow id order, as an ack of many jobs tells them.
+    FOR changed IN SELECT * FROM unnest(ended) ORDER BY workflow_id, seq LOOP
         PERFORM __SCHEMA__.settled(changed);
     END LOOP;
 

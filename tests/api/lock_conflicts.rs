@@ -540,3 +540,74 @@ async fn a_batch_ack_locks_its_workflows_in_id_order() {
     assert_eq!(body["acknowledged"], 2, "{body}");
     app.stop().await;
 }
+
+/// A bulk cancel tells the cancelled steps' workflows after every queue's jobs, in workflow id
+/// order (it told each queue's right after cancelling them, queue by queue, and deadlocked with
+/// a batch ack of the same workflows): with the first workflow's row held elsewhere, the waiting
+/// bulk cancel has not locked the second, though the second's step is in the queue it takes first.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_bulk_cancel_locks_the_workflows_in_id_order_after_every_queue() {
+    use sqlx::{Connection, PgConnection};
+
+    let app = common::spawn_app().await;
+    let http = common::http::Http::new(&app);
+    let workflow = |name: &str, queue: &str| {
+        json!({"type": "group", "name": name, "steps": [
+            {"type": "bulk.step", "args": [], "options": {"queue": queue}}]})
+    };
+    let first = http
+        .ok_post("/ojs/v1/workflows", workflow("first", "zq"))
+        .await;
+    let second = http
+        .ok_post("/ojs/v1/workflows", workflow("second", "aq"))
+        .await;
+    let id = |w: &Value| -> Uuid {
+        w["workflow"]["id"]
+            .as_str()
+            .and_then(|id| id.parse().ok())
+            .expect("workflow id")
+    };
+    let (w1, w2) = (id(&first), id(&second));
+    assert!(w1 < w2, "workflow ids follow their creation");
+
+    let mut holder = PgConnection::connect(&app.database_url)
+        .await
+        .expect("connect");
+    let mut held = holder.begin().await.expect("begin");
+    sqlx::query("SELECT 1 FROM s3p.workflows WHERE id = $1 FOR UPDATE")
+        .bind(w1)
+        .execute(&mut *held)
+        .await
+        .expect("lock the first workflow");
+    let mut probe = PgConnection::connect(&app.database_url)
+        .await
+        .expect("connect");
+    let cancelled = http.post(
+        "/ojs/v1/admin/jobs/bulk/cancel",
+        json!({"filter": {"type": "bulk.step"}, "confirm": true}),
+    );
+    let check = async {
+        until_waiting(&mut probe, "admin_bulk").await;
+        let locked = row_is_locked(
+            &mut probe,
+            "SELECT 1 FROM s3p.workflows WHERE id = $1 FOR UPDATE NOWAIT",
+            w2,
+        )
+        .await;
+        held.commit().await.expect("release the first workflow");
+        locked
+    };
+    let ((status, body), second_locked) = tokio::join!(cancelled, check);
+    assert!(
+        !second_locked,
+        "the bulk cancel waiting on the first workflow has not locked the second"
+    );
+    assert_eq!(status.as_u16(), 200, "{body}");
+    assert_eq!(body["succeeded"], 2, "{body}");
+    for w in [&first, &second] {
+        let id = w["workflow"]["id"].as_str().expect("id");
+        let (_, view) = http.get(&format!("/ojs/v1/workflows/{id}")).await;
+        assert_ne!(view["workflow"]["state"], "running", "{view}");
+    }
+    app.stop().await;
+}
