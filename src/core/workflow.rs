@@ -277,6 +277,7 @@ fn dependencies(workflow: &NewWorkflow) -> Result<Vec<Vec<usize>>, CoreError> {
 /// A step's job validated and in the JSON `s3p.workflow_create` stores for it.
 fn prepared(job: &EnqueueJob, now: DateTime<Utc>, what: &str) -> Result<Value, CoreError> {
     refuse_nesting(job).map_err(|e| validate::within(what, e))?;
+    refuse_unique(job).map_err(|e| validate::within(what, e))?;
     let row = new_job_row(job, now).map_err(|e| validate::within(what, e))?;
     serde_json::to_value(row)
         .map_err(|e| CoreError::invalid(format!("{what}: {e}")).with_detail("field", what.into()))
@@ -310,6 +311,20 @@ fn refuse_nesting(job: &EnqueueJob) -> Result<(), CoreError> {
         .with_detail("field", "type".into()));
     }
     Ok(())
+}
+
+/// A step's job is enqueued when its dependencies complete, inside the worker's ack: a unique
+/// conflict there would leave the step waiting for a job that is never stored (ignore) or refuse
+/// the worker's ack (reject). Refused when the workflow is made, not stored to stall.
+fn refuse_unique(job: &EnqueueJob) -> Result<(), CoreError> {
+    match job.options.unique {
+        Some(ref unique) if !unique.is_null() => Err(CoreError::invalid(
+            "a workflow step or callback cannot carry a unique policy: its job is enqueued \
+             inside the ack of the step before it, where a duplicate would stall the workflow",
+        )
+        .with_detail("field", "options.unique".into())),
+        _ => Ok(()),
+    }
 }
 
 impl Service {

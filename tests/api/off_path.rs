@@ -317,3 +317,57 @@ async fn a_grpc_time_with_nanoseconds_is_answered_as_stored() {
     assert_eq!(stored.scheduled_at, answered.scheduled_at, "{stored:?}");
     app.stop().await;
 }
+
+/// A unique policy on a workflow step or callback is refused when the workflow is made (over
+/// HTTP and gRPC), and nothing is stored: the step's job would be enqueued inside the previous
+/// step's ack, where a duplicate left the workflow waiting for a job never stored (ignore) or
+/// refused the worker's ack (reject).
+#[tokio::test]
+async fn a_unique_policy_on_a_workflow_step_is_refused_and_nothing_is_stored() {
+    let app = common::spawn_app().await;
+    let http = common::http::Http::new(&app);
+    let unique = json!({"keys": ["type"], "on_conflict": "ignore"});
+    let plain = json!({"type": "u.first", "args": [], "options": {"queue": "wfu"}});
+    let with_unique =
+        json!({"type": "u.second", "args": [], "options": {"queue": "wfu", "unique": unique}});
+    let bodies = [
+        json!({"type": "chain", "name": "u", "steps": [plain, with_unique]}),
+        json!({"type": "batch", "name": "u", "jobs": [plain],
+               "callbacks": {"on_complete": with_unique}}),
+    ];
+    for body in bodies {
+        let (status, answer) = http.post("/ojs/v1/workflows", body.clone()).await;
+        assert_eq!(status, 400, "{body}: {answer}");
+        assert_eq!(answer["error"]["code"], "invalid_request", "{answer}");
+        assert_eq!(
+            answer["error"]["details"]["field"], "options.unique",
+            "{answer}"
+        );
+    }
+    let mut client = app.grpc().await;
+    let refused = client
+        .create_workflow(pb::CreateWorkflowRequest {
+            name: "u".into(),
+            steps: vec![pb::WorkflowStep {
+                id: "a".into(),
+                r#type: "u.first".into(),
+                options: Some(pb::EnqueueOptions {
+                    queue: "wfu".into(),
+                    unique: Some(pb::UniquePolicy {
+                        key: vec!["type".into()],
+                        ..Default::default()
+                    }),
+                    ..Default::default()
+                }),
+                ..Default::default()
+            }],
+        })
+        .await
+        .expect_err("refused");
+    assert_eq!(refused.code(), Code::InvalidArgument, "{refused:?}");
+    let (_, workflows) = http.get("/ojs/v1/workflows").await;
+    assert_eq!(workflows["pagination"]["total"], 0, "{workflows}");
+    let (_, queues) = http.get("/ojs/v1/queues").await;
+    assert!(!queues.to_string().contains("\"wfu\""), "{queues}");
+    app.stop().await;
+}
