@@ -115,10 +115,25 @@ END
 $$;
 
 -- Creates a workflow from prepared steps ([{key, depends_on: [idx], job}]) and enqueues what can run.
+-- Every queue its steps and callbacks name is made now, in name order: a later step is enqueued
+-- inside an ack that holds workflow rows, where making its queue would wait for the creators'
+-- lock (and two such acks deadlocked on it).
 CREATE OR REPLACE FUNCTION s3p.create_workflow(wf_id uuid, wf_name text, wf_type text, steps jsonb, wf_callbacks jsonb)
 RETURNS jsonb
 LANGUAGE plpgsql AS $$
+DECLARE
+    queue text;
 BEGIN
+    FOR queue IN
+        SELECT DISTINCT t.q FROM (
+            SELECT s->'job'->>'queue' AS q FROM jsonb_array_elements(steps) AS s
+            UNION ALL
+            SELECT c.value->>'queue' FROM jsonb_each(coalesce(wf_callbacks, '{}')) AS c) t
+         WHERE t.q IS NOT NULL
+         ORDER BY 1
+    LOOP
+        PERFORM s3p.ensure_queue_schema(queue);
+    END LOOP;
     INSERT INTO s3p.workflows (id, name, type, callbacks) VALUES (wf_id, wf_name, wf_type, coalesce(wf_callbacks, '{}'));
     INSERT INTO s3p.workflow_steps (workflow_id, idx, step_key, depends_on, job, job_id)
     SELECT wf_id, (n - 1)::int, s->>'key',

@@ -371,3 +371,34 @@ async fn a_unique_policy_on_a_workflow_step_is_refused_and_nothing_is_stored() {
     assert!(!queues.to_string().contains("\"wfu\""), "{queues}");
     app.stop().await;
 }
+
+/// Every queue a workflow's steps and callbacks name exists once the workflow is made: a later
+/// step is enqueued inside an ack that holds workflow rows, where making its queue then would
+/// wait for the creators' lock (two such acks through two gateways deadlocked on it).
+#[tokio::test]
+async fn a_workflows_queues_all_exist_once_it_is_made() {
+    let app = common::spawn_app().await;
+    let http = common::http::Http::new(&app);
+    let step = |t: &str, q: &str| json!({"type": t, "args": [], "options": {"queue": q}});
+    http.ok_post(
+        "/ojs/v1/workflows",
+        json!({"type": "chain", "name": "later", "steps": [step("a", "wq-first"), step("b", "wq-later")]}),
+    )
+    .await;
+    http.ok_post(
+        "/ojs/v1/workflows",
+        json!({"type": "batch", "name": "callbacks", "jobs": [step("c", "wq-first")],
+               "callbacks": {"on_failure": step("f", "wq-callback")}}),
+    )
+    .await;
+    let (_, queues) = http.get("/ojs/v1/queues").await;
+    for name in ["wq-first", "wq-later", "wq-callback"] {
+        assert!(
+            queues["queues"]
+                .as_array()
+                .is_some_and(|qs| qs.iter().any(|q| q["name"] == name)),
+            "{name}: {queues}"
+        );
+    }
+    app.stop().await;
+}
