@@ -266,9 +266,6 @@ async fn an_ack_waiting_on_a_locked_job_does_not_hold_up_other_acks() {
 /// it raced a workflow cancel into a deadlock.)
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_batch_ack_locks_its_jobs_in_id_order_whatever_their_order_on_disk() {
-    use sqlx::{Connection, PgConnection};
-    use std::time::Duration;
-
     let app = common::spawn_app().await;
     let http = common::http::Http::new(&app);
     let q = "ordered";
@@ -295,53 +292,21 @@ async fn a_batch_ack_locks_its_jobs_in_id_order_whatever_their_order_on_disk() {
         .collect();
     assert_eq!(acks.len(), 2, "{fetched}");
 
-    let mut holder = PgConnection::connect(&app.database_url)
-        .await
-        .expect("connect");
-    let mut held = holder.begin().await.expect("begin");
-    sqlx::query("SELECT 1 FROM s3q_ordered.jobs WHERE id = $1 FOR UPDATE")
-        .bind(high)
-        .execute(&mut *held)
-        .await
-        .expect("lock the higher id");
-    let mut prober = PgConnection::connect(&app.database_url)
-        .await
-        .expect("connect");
-    let acked = http.post("/ojs/v1/workers/ack/batch", json!({ "acks": acks }));
-    let probe = async {
-        // Until the ack waits on the held row, then: is the lower id locked?
-        let mut waited = Duration::ZERO;
-        loop {
-            let waiting: i64 = sqlx::query_scalar(
-                "SELECT count(*) FROM pg_stat_activity
-                  WHERE wait_event_type = 'Lock' AND query LIKE '%ack_many%'",
-            )
-            .fetch_one(&mut prober)
-            .await
-            .expect("activity");
-            if waiting > 0 {
-                break;
-            }
-            assert!(waited < Duration::from_secs(10), "the ack never waited");
-            tokio::time::sleep(Duration::from_millis(20)).await;
-            waited += Duration::from_millis(20);
-        }
-        let mut tx = prober.begin().await.expect("begin");
-        let lower = sqlx::query("SELECT 1 FROM s3q_ordered.jobs WHERE id = $1 FOR UPDATE NOWAIT")
-            .bind(low)
-            .execute(&mut *tx)
-            .await;
-        tx.rollback().await.expect("rollback");
-        held.commit().await.expect("release the higher id");
-        lower
-    };
-    let ((status, body), lower) = tokio::join!(acked, probe);
-    let error = lower.expect_err("the waiting ack holds the lower id already");
-    assert_eq!(
-        error.as_database_error().and_then(|e| e.code()).as_deref(),
-        Some("55P03"),
-        "{error}"
-    );
+    let ((status, body), lower_locked) = probe_while_held(
+        &app.database_url,
+        (
+            "SELECT 1 FROM s3q_ordered.jobs WHERE id = $1 FOR UPDATE",
+            high,
+        ),
+        "ack_many",
+        (
+            "SELECT 1 FROM s3q_ordered.jobs WHERE id = $1 FOR UPDATE NOWAIT",
+            low,
+        ),
+        http.post("/ojs/v1/workers/ack/batch", json!({ "acks": acks })),
+    )
+    .await;
+    assert!(lower_locked, "the waiting ack holds the lower id already");
     assert_eq!(status.as_u16(), 200, "{body}");
     assert_eq!(body["acknowledged"], 2, "{body}");
     app.stop().await;
@@ -379,14 +344,41 @@ async fn row_is_locked(probe: &mut sqlx::PgConnection, sql: &'static str, id: Uu
     }
 }
 
+/// Runs `request` while another transaction holds the row `hold` locks (`FOR UPDATE` of one id);
+/// once the request's `statement` waits for a lock, asks whether the row `probe` (`FOR UPDATE
+/// NOWAIT` of one id) is locked, then releases the held row. Returns the request's answer and
+/// whether the probed row was locked: what the waiting statement took before the held row.
+async fn probe_while_held<T>(
+    database_url: &str,
+    hold: (&'static str, Uuid),
+    statement: &str,
+    probe: (&'static str, Uuid),
+    request: impl std::future::Future<Output = T>,
+) -> (T, bool) {
+    use sqlx::{Connection, PgConnection};
+    let mut holder = PgConnection::connect(database_url).await.expect("connect");
+    let mut held = holder.begin().await.expect("begin");
+    sqlx::query(hold.0)
+        .bind(hold.1)
+        .execute(&mut *held)
+        .await
+        .expect("hold the row");
+    let mut prober = PgConnection::connect(database_url).await.expect("connect");
+    let check = async {
+        until_waiting(&mut prober, statement).await;
+        let locked = row_is_locked(&mut prober, probe.0, probe.1).await;
+        held.commit().await.expect("release the held row");
+        locked
+    };
+    tokio::join!(request, check)
+}
+
 /// A workflow cancel locks its steps' jobs by queue name, then id, as heartbeats, bulk actions
 /// and acks of several queues take them (it took them by id alone, and deadlocked with a
 /// heartbeat of the same jobs): with its step in queue `zq` held elsewhere, the waiting cancel
 /// already holds its step in `aq`, though that one's id is higher.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_workflow_cancel_locks_its_jobs_by_queue_then_id() {
-    use sqlx::{Connection, PgConnection};
-
     let app = common::spawn_app().await;
     let http = common::http::Http::new(&app);
     let created = http
@@ -412,32 +404,18 @@ async fn a_workflow_cancel_locks_its_jobs_by_queue_then_id() {
     let (z, a) = (step("zq"), step("aq"));
     assert!(z < a, "the steps' ids follow their order: {created}");
 
-    let mut holder = PgConnection::connect(&app.database_url)
-        .await
-        .expect("connect");
-    let mut held = holder.begin().await.expect("begin");
-    sqlx::query("SELECT 1 FROM s3q_zq.jobs WHERE id = $1 FOR UPDATE")
-        .bind(z)
-        .execute(&mut *held)
-        .await
-        .expect("lock the zq step");
-    let mut probe = PgConnection::connect(&app.database_url)
-        .await
-        .expect("connect");
     let path = format!("/ojs/v1/workflows/{workflow}");
-    let cancel = http.delete(&path);
-    let check = async {
-        until_waiting(&mut probe, "cancel_workflow").await;
-        let locked = row_is_locked(
-            &mut probe,
+    let ((status, body), aq_locked) = probe_while_held(
+        &app.database_url,
+        ("SELECT 1 FROM s3q_zq.jobs WHERE id = $1 FOR UPDATE", z),
+        "cancel_workflow",
+        (
             "SELECT 1 FROM s3q_aq.jobs WHERE id = $1 FOR UPDATE NOWAIT",
             a,
-        )
-        .await;
-        held.commit().await.expect("release the zq step");
-        locked
-    };
-    let ((status, body), aq_locked) = tokio::join!(cancel, check);
+        ),
+        http.delete(&path),
+    )
+    .await;
     assert!(
         aq_locked,
         "the cancel waiting on zq holds aq's step already"
@@ -453,8 +431,6 @@ async fn a_workflow_cancel_locks_its_jobs_by_queue_then_id() {
 /// came first.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_batch_ack_locks_its_workflows_in_id_order() {
-    use sqlx::{Connection, PgConnection};
-
     let app = common::spawn_app().await;
     let http = common::http::Http::new(&app);
     let q = "wf-order";
@@ -507,31 +483,17 @@ async fn a_batch_ack_locks_its_workflows_in_id_order() {
         .map(|j| json!({"job_id": j["id"], "lease_token": j["lease_token"]}))
         .collect();
 
-    let mut holder = PgConnection::connect(&app.database_url)
-        .await
-        .expect("connect");
-    let mut held = holder.begin().await.expect("begin");
-    sqlx::query("SELECT 1 FROM s3p.workflows WHERE id = $1 FOR UPDATE")
-        .bind(w1)
-        .execute(&mut *held)
-        .await
-        .expect("lock the first workflow");
-    let mut probe = PgConnection::connect(&app.database_url)
-        .await
-        .expect("connect");
-    let acked = http.post("/ojs/v1/workers/ack/batch", json!({ "acks": acks }));
-    let check = async {
-        until_waiting(&mut probe, "ack_many").await;
-        let locked = row_is_locked(
-            &mut probe,
+    let ((status, body), second_locked) = probe_while_held(
+        &app.database_url,
+        ("SELECT 1 FROM s3p.workflows WHERE id = $1 FOR UPDATE", w1),
+        "ack_many",
+        (
             "SELECT 1 FROM s3p.workflows WHERE id = $1 FOR UPDATE NOWAIT",
             w2,
-        )
-        .await;
-        held.commit().await.expect("release the first workflow");
-        locked
-    };
-    let ((status, body), second_locked) = tokio::join!(acked, check);
+        ),
+        http.post("/ojs/v1/workers/ack/batch", json!({ "acks": acks })),
+    )
+    .await;
     assert!(
         !second_locked,
         "the ack waiting on the first workflow has not locked the second"
@@ -547,8 +509,6 @@ async fn a_batch_ack_locks_its_workflows_in_id_order() {
 /// bulk cancel has not locked the second, though the second's step is in the queue it takes first.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_bulk_cancel_locks_the_workflows_in_id_order_after_every_queue() {
-    use sqlx::{Connection, PgConnection};
-
     let app = common::spawn_app().await;
     let http = common::http::Http::new(&app);
     let workflow = |name: &str, queue: &str| {
@@ -570,34 +530,20 @@ async fn a_bulk_cancel_locks_the_workflows_in_id_order_after_every_queue() {
     let (w1, w2) = (id(&first), id(&second));
     assert!(w1 < w2, "workflow ids follow their creation");
 
-    let mut holder = PgConnection::connect(&app.database_url)
-        .await
-        .expect("connect");
-    let mut held = holder.begin().await.expect("begin");
-    sqlx::query("SELECT 1 FROM s3p.workflows WHERE id = $1 FOR UPDATE")
-        .bind(w1)
-        .execute(&mut *held)
-        .await
-        .expect("lock the first workflow");
-    let mut probe = PgConnection::connect(&app.database_url)
-        .await
-        .expect("connect");
-    let cancelled = http.post(
-        "/ojs/v1/admin/jobs/bulk/cancel",
-        json!({"filter": {"type": "bulk.step"}, "confirm": true}),
-    );
-    let check = async {
-        until_waiting(&mut probe, "admin_bulk").await;
-        let locked = row_is_locked(
-            &mut probe,
+    let ((status, body), second_locked) = probe_while_held(
+        &app.database_url,
+        ("SELECT 1 FROM s3p.workflows WHERE id = $1 FOR UPDATE", w1),
+        "admin_bulk",
+        (
             "SELECT 1 FROM s3p.workflows WHERE id = $1 FOR UPDATE NOWAIT",
             w2,
-        )
-        .await;
-        held.commit().await.expect("release the first workflow");
-        locked
-    };
-    let ((status, body), second_locked) = tokio::join!(cancelled, check);
+        ),
+        http.post(
+            "/ojs/v1/admin/jobs/bulk/cancel",
+            json!({"filter": {"type": "bulk.step"}, "confirm": true}),
+        ),
+    )
+    .await;
     assert!(
         !second_locked,
         "the bulk cancel waiting on the first workflow has not locked the second"
