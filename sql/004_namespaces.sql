@@ -11,16 +11,31 @@ BEGIN
 END
 $$;
 
--- Drops a queue: both views at once (DROP SCHEMA), its catalog row and its job ids.
+-- Drops a queue: both views at once (DROP SCHEMA), its catalog row and its job ids. Refused
+-- (409) while a running workflow has a step or callback still to run there: its job would go,
+-- and its enqueue inside a later ack would make the queue again while holding workflow rows.
+-- The catalog row's lock waits for a workflow being made (it holds that row FOR KEY SHARE).
 CREATE OR REPLACE FUNCTION s3p.drop_queue(queue text) RETURNS boolean
 LANGUAGE plpgsql AS $$
 DECLARE
     queue_schema text;
+    needed_by uuid;
 BEGIN
     PERFORM pg_advisory_xact_lock(hashtext('s3p.queue:' || queue));
     SELECT q.schema_name INTO queue_schema FROM s3p.queues q WHERE q.name = queue FOR UPDATE;
     IF queue_schema IS NULL THEN
         RAISE EXCEPTION 'queue % not found', queue USING ERRCODE = 'PV404';
+    END IF;
+    SELECT w.id INTO needed_by FROM s3p.workflows w
+     WHERE w.state = 'running'
+       AND (EXISTS (SELECT 1 FROM s3p.workflow_steps s
+                     WHERE s.workflow_id = w.id AND s.state IN ('waiting', 'enqueued')
+                       AND s.job->>'queue' = queue)
+            OR EXISTS (SELECT 1 FROM jsonb_each(w.callbacks) c WHERE c.value->>'queue' = queue))
+     ORDER BY w.id LIMIT 1;
+    IF needed_by IS NOT NULL THEN
+        RAISE EXCEPTION 'queue % is needed by running workflow %: cancel it or let it finish first', queue, needed_by
+              USING ERRCODE = 'PV409';
     END IF;
     EXECUTE format('DROP SCHEMA %I CASCADE', queue_schema);
     DELETE FROM s3p.job_index i WHERE i.queue = drop_queue.queue;

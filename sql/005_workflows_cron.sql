@@ -117,7 +117,8 @@ $$;
 -- Creates a workflow from prepared steps ([{key, depends_on: [idx], job}]) and enqueues what can run.
 -- Every queue its steps and callbacks name is made now, in name order: a later step is enqueued
 -- inside an ack that holds workflow rows, where making its queue would wait for the creators'
--- lock (and two such acks deadlocked on it).
+-- lock (and two such acks deadlocked on it). Each queue's catalog row is held FOR KEY SHARE
+-- until commit, so a drop (FOR UPDATE) waits and then sees the workflow (s3p.drop_queue).
 CREATE OR REPLACE FUNCTION s3p.create_workflow(wf_id uuid, wf_name text, wf_type text, steps jsonb, wf_callbacks jsonb)
 RETURNS jsonb
 LANGUAGE plpgsql AS $$
@@ -132,7 +133,12 @@ BEGIN
          WHERE t.q IS NOT NULL
          ORDER BY 1
     LOOP
-        PERFORM s3p.ensure_queue_schema(queue);
+        LOOP
+            PERFORM s3p.ensure_queue_schema(queue);
+            PERFORM 1 FROM s3p.queues q WHERE q.name = queue FOR KEY SHARE;
+            -- Not found: dropped between the two; made again.
+            EXIT WHEN FOUND;
+        END LOOP;
     END LOOP;
     INSERT INTO s3p.workflows (id, name, type, callbacks) VALUES (wf_id, wf_name, wf_type, coalesce(wf_callbacks, '{}'));
     INSERT INTO s3p.workflow_steps (workflow_id, idx, step_key, depends_on, job, job_id)

@@ -1603,6 +1603,16 @@ async fn samples_are_valid_requests_for_an_admin() {
                 })
                 .collect()
         });
+        // A queue a running workflow needs is not dropped (409): in the first round the
+        // workflow's cancel (a removal) goes before the drops; a drop tried again on a fresh
+        // vault is given the same precondition.
+        if round > 0 && tries.iter().any(|(op, _, _)| phase(op) == 3) {
+            let (status, answer) = Http::new(&app)
+                .bearer(&tokens.admin)
+                .delete(&format!("/ojs/v1/workflows/{}", vault.workflow))
+                .await;
+            assert!(status.is_success(), "cancel vault's workflow: {answer}");
+        }
         let mut client = Client::new(&address(&app));
         let mut left = Vec::new();
         for (op, index, mut lines) in tries {

@@ -402,3 +402,55 @@ async fn a_workflows_queues_all_exist_once_it_is_made() {
     }
     app.stop().await;
 }
+
+/// A queue a running workflow still needs (a step waiting or enqueued there, or a callback) is
+/// not dropped: 409 over both protocols, with its jobs and the workflow as they were. Once the
+/// workflow ends, the drop goes through.
+#[tokio::test]
+async fn a_queue_a_running_workflow_needs_is_not_dropped() {
+    use pgvs3::grpc::proto::pgvs3::v1 as ext;
+    let app = common::spawn_app().await;
+    let http = common::http::Http::new(&app);
+    let mut admin = common::grpc::admin(&app.grpc_url).await;
+    let step = |t: &str, q: &str| json!({"type": t, "args": [], "options": {"queue": q}});
+    let chain = http
+        .ok_post(
+            "/ojs/v1/workflows",
+            json!({"type": "chain", "name": "needs", "steps": [step("a", "wd-first"), step("b", "wd-later")]}),
+        )
+        .await;
+    let chain = chain["workflow"]["id"]
+        .as_str()
+        .unwrap_or_default()
+        .to_string();
+    http.ok_post(
+        "/ojs/v1/workflows",
+        json!({"type": "batch", "name": "calls", "jobs": [step("c", "wd-first")],
+               "callbacks": {"on_complete": step("f", "wd-callback")}}),
+    )
+    .await;
+    // The first step is enqueued, the second waits, the callback is still to come.
+    for queue in ["wd-first", "wd-later", "wd-callback"] {
+        let (status, answer) = http.delete(&format!("/ojs/v1/queues/{queue}")).await;
+        assert_eq!(status, 409, "{queue}: {answer}");
+        assert_eq!(answer["error"]["code"], "conflict", "{answer}");
+        let refused = admin
+            .drop_queue(ext::DropQueueRequest {
+                queue: queue.into(),
+            })
+            .await
+            .expect_err("refused");
+        assert_eq!(refused.code(), Code::FailedPrecondition, "{refused:?}");
+    }
+    let first = http.ok_get("/ojs/v1/admin/queues/wd-first").await;
+    assert_eq!(first["counts"]["available"], 2, "{first}");
+    let flow = http.ok_get(&format!("/ojs/v1/workflows/{chain}")).await;
+    assert_eq!(flow["workflow"]["state"], "running", "{flow}");
+
+    // A queue no running workflow needs any more goes.
+    let (status, answer) = http.delete(&format!("/ojs/v1/workflows/{chain}")).await;
+    assert!(status.is_success(), "{answer}");
+    let (status, answer) = http.delete("/ojs/v1/queues/wd-later").await;
+    assert!(status.is_success(), "{answer}");
+    app.stop().await;
+}
