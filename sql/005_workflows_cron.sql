@@ -117,29 +117,32 @@ $$;
 -- Creates a workflow from prepared steps ([{key, depends_on: [idx], job}]) and enqueues what can run.
 -- Every queue its steps and callbacks name is made now, in name order: a later step is enqueued
 -- inside an ack that holds workflow rows, where making its queue would wait for the creators'
--- lock (and two such acks deadlocked on it). Each queue's catalog row is held FOR KEY SHARE
--- until commit, so a drop (FOR UPDATE) waits and then sees the workflow (s3p.drop_queue).
+-- lock (and two such acks deadlocked on it). Then, with no queue made while one is held, each
+-- queue's catalog row is held FOR KEY SHARE until commit, in name order, so a drop (FOR UPDATE)
+-- waits and then sees the workflow (s3p.drop_queue). A queue dropped between the two is a
+-- serialization failure: the store runs the statement again from the start.
 CREATE OR REPLACE FUNCTION s3p.create_workflow(wf_id uuid, wf_name text, wf_type text, steps jsonb, wf_callbacks jsonb)
 RETURNS jsonb
 LANGUAGE plpgsql AS $$
 DECLARE
     queue text;
+    queues text[];
 BEGIN
-    FOR queue IN
+    queues := ARRAY(
         SELECT DISTINCT t.q FROM (
             SELECT s->'job'->>'queue' AS q FROM jsonb_array_elements(steps) AS s
             UNION ALL
             SELECT c.value->>'queue' FROM jsonb_each(coalesce(wf_callbacks, '{}')) AS c) t
          WHERE t.q IS NOT NULL
-         ORDER BY 1
-    LOOP
-        LOOP
-            PERFORM s3p.ensure_queue_schema(queue);
-            PERFORM 1 FROM s3p.queues q WHERE q.name = queue FOR KEY SHARE;
-            -- Not found: dropped between the two; made again.
-            EXIT WHEN FOUND;
-        END LOOP;
+         ORDER BY 1);
+    FOREACH queue IN ARRAY queues LOOP
+        PERFORM s3p.ensure_queue_schema(queue);
     END LOOP;
+    IF (SELECT count(*) FROM (SELECT 1 FROM s3p.queues q WHERE q.name = ANY (queues)
+                               ORDER BY q.name FOR KEY SHARE) held) < cardinality(queues) THEN
+        RAISE EXCEPTION 'a queue of workflow % was dropped while it was made', wf_id
+              USING ERRCODE = '40001';
+    END IF;
     INSERT INTO s3p.workflows (id, name, type, callbacks) VALUES (wf_id, wf_name, wf_type, coalesce(wf_callbacks, '{}'));
     INSERT INTO s3p.workflow_steps (workflow_id, idx, step_key, depends_on, job, job_id)
     SELECT wf_id, (n - 1)::int, s->>'key',
