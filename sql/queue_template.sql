@@ -381,12 +381,14 @@ $fn$;
 -- Completes the active jobs among `ids` whose lease token matches (a NULL token matches any), in
 -- one statement, and returns those it completed. Ids it skips (unknown, stale lease, not active)
 -- are left unchanged for the caller to ack one by one, which raises the precise error. Rows are
--- locked in id order first, as every statement that waits for many jobs' locks takes them
--- (cancel_workflow, heartbeat, the admin bulk actions): the UPDATE's own order is its plan's, on a
--- small table a sequential scan's, and that deadlocked against a workflow cancel. One job needs no
--- order, and its lock would cost a WAL record. The completed jobs' workflows are told after every
--- job row is locked, in workflow id order (`settle` false: the caller tells them, after the jobs of
--- its other queues).
+-- locked in id order, as every statement that waits for many jobs' locks takes them
+-- (cancel_workflow, heartbeat, the admin bulk actions): the UPDATE locks rows in its plan's order,
+-- and on a small table a sequential scan's order deadlocked against a workflow cancel. With the
+-- input sorted by id and sequential and bitmap scans off, the only way to the rows is the primary
+-- key, so whichever side of the join leads (the input, or the key scanned in order), rows come in
+-- id order (a lock statement first would cost a WAL record a job). The completed jobs' workflows
+-- are told after every job row is locked, in workflow id order (`settle` false: the caller tells
+-- them, after the jobs of its other queues).
 DROP FUNCTION IF EXISTS __SCHEMA__.ack_many(uuid[], uuid[], jsonb[]);
 CREATE OR REPLACE FUNCTION __SCHEMA__.ack_many(ids uuid[], tokens uuid[], results jsonb[],
                                                settle boolean DEFAULT true)
@@ -395,20 +397,17 @@ LANGUAGE plpgsql
 -- Its statements look rows up by id: the generic plan is always right, and re-planning a custom
 -- plan on every call (the plan cache's choice for small arrays) costs more than the statement.
 SET plan_cache_mode = force_generic_plan
+SET enable_seqscan = off
+SET enable_bitmapscan = off
 AS $fn$
 DECLARE
     job s3p.job;
 BEGIN
-    IF cardinality(ids) > 1 THEN
-        PERFORM FROM __SCHEMA__.jobs j JOIN unnest(ids, tokens) AS i(id, token) ON j.id = i.id
-         WHERE coalesce(j.state, '') = 'active' AND (i.token IS NULL OR i.token = j.lease_token)
-         ORDER BY j.id
-           FOR UPDATE OF j;
-    END IF;
     -- One statement: complete, record the events.
     FOR job IN
         WITH input AS (
             SELECT i.id, i.token, i.result FROM unnest(ids, tokens, results) AS i(id, token, result)
+             ORDER BY i.id
         ), completed AS (
             -- coalesce(state): written as `state = 'active'` it matches the lease index's predicate,
             -- and a generic plan may then walk every active lease instead of looking the ids up.
