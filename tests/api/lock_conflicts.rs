@@ -557,3 +557,50 @@ async fn a_bulk_cancel_locks_the_workflows_in_id_order_after_every_queue() {
     }
     app.stop().await;
 }
+
+/// A drop waits for a workflow being made on its queue, then refuses (409): the workflow holds
+/// the queue's catalog row until it commits. Without that hold the drop went through while the
+/// workflow was uncommitted, and its jobs went with the queue.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_drop_waits_for_a_workflow_being_made_on_its_queue_then_refuses() {
+    use sqlx::{Connection, PgConnection};
+    let app = common::spawn_app().await;
+    let http = common::http::Http::new(&app);
+    let q = "wf-making";
+    http.ok_post("/ojs/v1/queues", json!({ "name": q })).await;
+    // The steps as the core prepares them for s3p.create_workflow.
+    let steps = json!([{"key": "only", "depends_on": [], "job": {
+        "id": Uuid::now_v7(), "type": "making.step", "queue": q, "args": [], "state": "available",
+        "priority": 0, "max_attempts": 3, "attempt": 0}}]);
+    let mut maker = PgConnection::connect(&app.database_url)
+        .await
+        .expect("connect");
+    let mut making = maker.begin().await.expect("begin");
+    sqlx::query("SELECT s3p.create_workflow($1, 'making', 'chain', $2, '{}')")
+        .bind(Uuid::now_v7())
+        .bind(&steps)
+        .execute(&mut *making)
+        .await
+        .expect("workflow made, not committed");
+
+    let drop = tokio::spawn({
+        let http = common::http::Http::new(&app);
+        async move { http.delete(&format!("/ojs/v1/queues/{q}")).await }
+    });
+    let mut probe = PgConnection::connect(&app.database_url)
+        .await
+        .expect("connect");
+    until_waiting(&mut probe, "drop_queue").await;
+    making.commit().await.expect("commit");
+    let (status, body) = drop.await.expect("drop");
+    assert_eq!(status.as_u16(), 409, "{body}");
+    assert_eq!(body["error"]["code"], "conflict", "{body}");
+    let (_, queues) = http.get("/ojs/v1/queues").await;
+    assert!(
+        queues["queues"]
+            .as_array()
+            .is_some_and(|qs| qs.iter().any(|e| e["name"] == q)),
+        "{queues}"
+    );
+    app.stop().await;
+}

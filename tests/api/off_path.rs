@@ -379,7 +379,6 @@ async fn a_unique_policy_on_a_workflow_step_is_refused_and_nothing_is_stored() {
 async fn a_workflows_queues_all_exist_once_it_is_made() {
     let app = common::spawn_app().await;
     let http = common::http::Http::new(&app);
-    let step = |t: &str, q: &str| json!({"type": t, "args": [], "options": {"queue": q}});
     http.ok_post(
         "/ojs/v1/workflows",
         json!({"type": "chain", "name": "later", "steps": [step("a", "wq-first"), step("b", "wq-later")]}),
@@ -412,7 +411,6 @@ async fn a_queue_a_running_workflow_needs_is_not_dropped() {
     let app = common::spawn_app().await;
     let http = common::http::Http::new(&app);
     let mut admin = common::grpc::admin(&app.grpc_url).await;
-    let step = |t: &str, q: &str| json!({"type": t, "args": [], "options": {"queue": q}});
     let chain = http
         .ok_post(
             "/ojs/v1/workflows",
@@ -453,4 +451,9 @@ async fn a_queue_a_running_workflow_needs_is_not_dropped() {
     let (status, answer) = http.delete("/ojs/v1/queues/wd-later").await;
     assert!(status.is_success(), "{answer}");
     app.stop().await;
+}
+
+/// A job of type `t` on queue `q`, as a workflow step or callback.
+fn step(t: &str, q: &str) -> Value {
+    json!({"type": t, "args": [], "options": {"queue": q}})
 }
