@@ -8,7 +8,12 @@ use serde_json::{Value, json};
 use tonic::transport::Channel;
 
 use crate::backoff::{self, Backoff, grpc_retry};
+use crate::encoded;
 use crate::{BenchError, Protocol, Result};
+
+/// The methods whose requests are encoded before timing.
+const ENQUEUE_BATCH: &str = "/ojs.v1.OJSService/EnqueueBatch";
+const APPEND: &str = "/pgvs3.v1.StreamService/Append";
 
 type OjsClient = ojs::ojs_service_client::OjsServiceClient<Channel>;
 type StreamClient = streams::stream_service_client::StreamServiceClient<Channel>;
@@ -28,10 +33,10 @@ pub struct Received {
     pub count: usize,
 }
 
-/// A request body prepared before the clock starts.
-pub enum Prepared<G> {
+/// A request body prepared before the clock starts: JSON text, or an encoded protobuf message.
+pub enum Prepared {
     Http(String),
-    Grpc(G),
+    Grpc(bytes::Bytes),
 }
 
 /// One HTTP/1.1 connection pool and the server's base URL.
@@ -134,6 +139,7 @@ pub enum Jobs {
 /// The gRPC clients of a worker: the OJS service and the pgvs3 worker extensions.
 #[derive(Clone)]
 pub struct GrpcJobs {
+    channel: Channel,
     ojs: OjsClient,
     workers: WorkerClient,
 }
@@ -162,6 +168,7 @@ impl Jobs {
             Protocol::Grpc => {
                 let channel = channel(base).await?;
                 Jobs::Grpc(Box::new(GrpcJobs {
+                    channel: channel.clone(),
                     ojs: OjsClient::new(channel.clone()),
                     workers: WorkerClient::new(channel),
                 }))
@@ -170,12 +177,7 @@ impl Jobs {
     }
 
     /// Batch bodies for jobs `0..jobs` in batches of `batch`, built before timing.
-    pub fn batches(
-        protocol: Protocol,
-        queue: &str,
-        jobs: usize,
-        batch: usize,
-    ) -> Vec<Prepared<ojs::EnqueueBatchRequest>> {
+    pub fn batches(protocol: Protocol, queue: &str, jobs: usize, batch: usize) -> Vec<Prepared> {
         (0..jobs)
             .step_by(batch.max(1))
             .map(|first| {
@@ -190,7 +192,7 @@ impl Jobs {
                             .collect();
                         Prepared::Http(json!({ "jobs": jobs }).to_string())
                     }
-                    Protocol::Grpc => Prepared::Grpc(ojs::EnqueueBatchRequest {
+                    Protocol::Grpc => Prepared::Grpc(encoded::encode(&ojs::EnqueueBatchRequest {
                         jobs: range
                             .map(|i| ojs::BatchJobEntry {
                                 r#type: "bench.job".into(),
@@ -202,17 +204,14 @@ impl Jobs {
                             queue: queue.into(),
                             ..Default::default()
                         }),
-                    }),
+                    })),
                 }
             })
             .collect()
     }
 
     /// Enqueues one prepared batch; returns how many jobs the server stored.
-    pub async fn enqueue_batch(
-        &mut self,
-        body: Prepared<ojs::EnqueueBatchRequest>,
-    ) -> Result<usize> {
+    pub async fn enqueue_batch(&mut self, body: Prepared) -> Result<usize> {
         match (self, body) {
             (Jobs::Http(http), Prepared::Http(body)) => {
                 let answer: BatchAnswer =
@@ -220,7 +219,10 @@ impl Jobs {
                 Ok(answer.count)
             }
             (Jobs::Grpc(grpc), Prepared::Grpc(request)) => {
-                let answer = grpc_retry!("EnqueueBatch", grpc.ojs.enqueue_batch(request.clone()))?;
+                let answer: ojs::EnqueueBatchResponse = grpc_retry!(
+                    "EnqueueBatch",
+                    encoded::unary(&grpc.channel, ENQUEUE_BATCH, request.clone())
+                )?;
                 Ok(answer.jobs.len())
             }
             _ => Err("a batch prepared for the other protocol".into()),
@@ -379,7 +381,7 @@ struct AckBatchAnswer {
 /// A stream producer/consumer over one protocol, on its own connection.
 pub enum Streams {
     Http(Http),
-    Grpc(StreamClient),
+    Grpc(StreamClient, Channel),
 }
 
 #[derive(Deserialize)]
@@ -398,7 +400,10 @@ impl Streams {
     pub async fn connect(protocol: Protocol, base: &str) -> Result<Streams> {
         Ok(match protocol {
             Protocol::Http => Streams::Http(Http::new(base)?),
-            Protocol::Grpc => Streams::Grpc(StreamClient::new(channel(base).await?)),
+            Protocol::Grpc => {
+                let channel = channel(base).await?;
+                Streams::Grpc(StreamClient::new(channel.clone()), channel)
+            }
         })
     }
 
@@ -408,7 +413,7 @@ impl Streams {
         queue: &str,
         messages: usize,
         batch: usize,
-    ) -> Vec<Prepared<streams::AppendRequest>> {
+    ) -> Vec<Prepared> {
         (0..messages)
             .step_by(batch.max(1))
             .map(|first| {
@@ -420,10 +425,10 @@ impl Streams {
                             .collect();
                         Prepared::Http(json!({ "messages": messages }).to_string())
                     }
-                    Protocol::Grpc => Prepared::Grpc(streams::AppendRequest {
+                    Protocol::Grpc => Prepared::Grpc(encoded::encode(&streams::AppendRequest {
                         queue: queue.into(),
                         messages: range.map(grpc_message).collect(),
-                    }),
+                    })),
                 }
             })
             .collect()
@@ -439,7 +444,7 @@ impl Streams {
                 )
                 .await
                 .map(drop),
-            Streams::Grpc(grpc) => grpc_retry!(
+            Streams::Grpc(grpc, _) => grpc_retry!(
                 "Subscribe",
                 grpc.subscribe(streams::SubscribeRequest {
                     queue: queue.into(),
@@ -453,11 +458,7 @@ impl Streams {
     }
 
     /// Appends one prepared batch; returns how many messages the server stored.
-    pub async fn append(
-        &mut self,
-        queue: &str,
-        body: Prepared<streams::AppendRequest>,
-    ) -> Result<usize> {
+    pub async fn append(&mut self, queue: &str, body: Prepared) -> Result<usize> {
         match (self, body) {
             (Streams::Http(http), Prepared::Http(body)) => {
                 let answer: AppendAnswer = serde_json::from_slice(
@@ -467,8 +468,9 @@ impl Streams {
                 )?;
                 Ok(answer.count)
             }
-            (Streams::Grpc(grpc), Prepared::Grpc(request)) => {
-                let answer = grpc_retry!("Append", grpc.append(request.clone()))?;
+            (Streams::Grpc(_, channel), Prepared::Grpc(request)) => {
+                let answer: streams::AppendResponse =
+                    grpc_retry!("Append", encoded::unary(channel, APPEND, request.clone()))?;
                 Ok(usize::try_from(answer.count)?)
             }
             _ => Err("a batch prepared for the other protocol".into()),
@@ -482,10 +484,10 @@ impl Streams {
                 json!({"messages": [{"type": "bench.event", "payload": {"n": i, "body": "bench payload"}}]})
                     .to_string(),
             ),
-            Streams::Grpc(_) => Prepared::Grpc(streams::AppendRequest {
+            Streams::Grpc(..) => Prepared::Grpc(encoded::encode(&streams::AppendRequest {
                 queue: queue.into(),
                 messages: vec![grpc_message(i)],
-            }),
+            })),
         };
         self.append(queue, body).await.map(drop)
     }
@@ -511,7 +513,7 @@ impl Streams {
                     count: answer.count,
                 }))
             }
-            Streams::Grpc(grpc) => {
+            Streams::Grpc(grpc, _) => {
                 let max = i64::try_from(max)?;
                 let answer = grpc_retry!(
                     "Receive",
@@ -545,7 +547,7 @@ impl Streams {
                 )
                 .await
                 .map(drop),
-            Streams::Grpc(grpc) => grpc_retry!(
+            Streams::Grpc(grpc, _) => grpc_retry!(
                 "Ack",
                 grpc.ack(streams::AckRequest {
                     queue: queue.into(),

@@ -11,6 +11,7 @@ mod clients;
 mod cpu;
 mod db;
 mod direct;
+mod encoded;
 mod floor;
 mod report;
 
