@@ -14,6 +14,7 @@ use crate::{BenchError, Protocol, Result};
 /// The methods whose requests are encoded before timing.
 const ENQUEUE_BATCH: &str = "/ojs.v1.OJSService/EnqueueBatch";
 const APPEND: &str = "/pgvs3.v1.StreamService/Append";
+const RECEIVE: &str = "/pgvs3.v1.StreamService/Receive";
 
 type OjsClient = ojs::ojs_service_client::OjsServiceClient<Channel>;
 type StreamClient = streams::stream_service_client::StreamServiceClient<Channel>;
@@ -513,26 +514,27 @@ impl Streams {
                     count: answer.count,
                 }))
             }
-            Streams::Grpc(grpc, _) => {
-                let max = i64::try_from(max)?;
-                let answer = grpc_retry!(
-                    "Receive",
-                    grpc.receive(streams::ReceiveRequest {
-                        queue: queue.into(),
-                        consumer: consumer.into(),
-                        member: None,
-                        max: Some(max),
-                        wait_ms: Some(wait_ms),
-                        max_bytes: None,
-                    })
-                )?;
-                Ok(answer
+            Streams::Grpc(_, channel) => {
+                let request = encoded::encode(&streams::ReceiveRequest {
+                    queue: queue.into(),
+                    consumer: consumer.into(),
+                    member: None,
+                    max: Some(i64::try_from(max)?),
+                    wait_ms: Some(wait_ms),
+                    max_bytes: None,
+                });
+                let answer: encoded::ReceiveCount =
+                    grpc_retry!("Receive", encoded::unary(channel, RECEIVE, request.clone()))?;
+                answer
                     .batch
                     .filter(|b| !b.batch_id.is_empty())
-                    .map(|b| Received {
-                        batch_id: b.batch_id,
-                        count: b.events.len(),
-                    }))
+                    .map(|b| {
+                        Ok(Received {
+                            batch_id: b.batch_id,
+                            count: usize::try_from(b.count)?,
+                        })
+                    })
+                    .transpose()
             }
         }
     }

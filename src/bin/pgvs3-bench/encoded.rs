@@ -77,3 +77,20 @@ impl<R: prost::Message + Default> Decoder for AnswerDecoder<R> {
             .map_err(|e| Status::internal(format!("undecodable answer: {e}")))
     }
 }
+
+/// A `ReceiveResponse` read as a consumer that counts its events reads it: the batch id and
+/// count, the events skipped unread (as the HTTP consumer's JSON answer is scanned, not built).
+#[derive(Clone, PartialEq, prost::Message)]
+pub struct ReceiveCount {
+    #[prost(message, optional, tag = "1")]
+    pub batch: Option<BatchCount>,
+}
+
+/// The batch id and event count of a received `Batch`.
+#[derive(Clone, PartialEq, prost::Message)]
+pub struct BatchCount {
+    #[prost(string, tag = "1")]
+    pub batch_id: String,
+    #[prost(int64, tag = "8")]
+    pub count: i64,
+}
