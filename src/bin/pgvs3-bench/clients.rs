@@ -11,8 +11,9 @@ use crate::backoff::{self, Backoff, grpc_retry};
 use crate::encoded;
 use crate::{BenchError, Protocol, Result};
 
-/// The methods whose requests are encoded before timing.
+/// The methods called with encoded requests (and read through the answer types of `encoded`).
 const ENQUEUE_BATCH: &str = "/ojs.v1.OJSService/EnqueueBatch";
+const FETCH: &str = "/ojs.v1.OJSService/Fetch";
 const APPEND: &str = "/pgvs3.v1.StreamService/Append";
 const RECEIVE: &str = "/pgvs3.v1.StreamService/Receive";
 
@@ -220,11 +221,11 @@ impl Jobs {
                 Ok(answer.count)
             }
             (Jobs::Grpc(grpc), Prepared::Grpc(request)) => {
-                let answer: ojs::EnqueueBatchResponse = grpc_retry!(
+                let answer: encoded::EnqueueCount = grpc_retry!(
                     "EnqueueBatch",
                     encoded::unary(&grpc.channel, ENQUEUE_BATCH, request.clone())
                 )?;
-                Ok(answer.jobs.len())
+                Ok(usize::try_from(answer.count)?)
             }
             _ => Err("a batch prepared for the other protocol".into()),
         }
@@ -279,16 +280,16 @@ impl Jobs {
                     .collect())
             }
             Jobs::Grpc(grpc) => {
-                let count = i32::try_from(count)?;
-                let answer = grpc_retry!(
+                let request = encoded::encode(&ojs::FetchRequest {
+                    queues: vec![queue.into()],
+                    count: i32::try_from(count)?,
+                    worker_id: worker.into(),
+                    visibility_timeout_ms: 60_000,
+                    wait_ms,
+                });
+                let answer: encoded::FetchClaims = grpc_retry!(
                     "Fetch",
-                    grpc.ojs.fetch(ojs::FetchRequest {
-                        queues: vec![queue.into()],
-                        count,
-                        worker_id: worker.into(),
-                        visibility_timeout_ms: 60_000,
-                        wait_ms,
-                    })
+                    encoded::unary(&grpc.channel, FETCH, request.clone())
                 )?;
                 Ok(answer
                     .jobs

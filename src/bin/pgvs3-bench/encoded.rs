@@ -94,3 +94,27 @@ pub struct BatchCount {
     #[prost(int64, tag = "8")]
     pub count: i64,
 }
+
+/// An `EnqueueBatchResponse` read for its `count` only, as the HTTP producer reads its answer.
+#[derive(Clone, PartialEq, prost::Message)]
+pub struct EnqueueCount {
+    #[prost(int32, tag = "2")]
+    pub count: i32,
+}
+
+/// A `FetchResponse` read for what a worker acks with: each job's id and lease token, as the
+/// HTTP worker reads its answer.
+#[derive(Clone, PartialEq, prost::Message)]
+pub struct FetchClaims {
+    #[prost(message, repeated, tag = "1")]
+    pub jobs: Vec<ClaimedJob>,
+}
+
+/// The id (`Job` tag 1) and lease token (tag 1001) of a fetched job.
+#[derive(Clone, PartialEq, prost::Message)]
+pub struct ClaimedJob {
+    #[prost(string, tag = "1")]
+    pub id: String,
+    #[prost(string, tag = "1001")]
+    pub lease_token: String,
+}
