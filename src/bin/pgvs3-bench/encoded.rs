@@ -1,6 +1,8 @@
-//! gRPC requests encoded before the clock starts, as the HTTP bodies are: sending one (or sending
-//! it again after a 429) copies bytes, not a message tree, so the client's share of the machine
-//! is the same kind of work over both protocols.
+//! gRPC calls whose client side does the work the HTTP clients do: requests encoded before the
+//! clock starts (sending one, or sending it again after a 429, copies bytes, not a message tree),
+//! and answers read into types holding only what the bench uses (prost skips the rest unread, as
+//! serde skips what the HTTP answer types leave out). The bench's clients share the machine with
+//! the server, so work they do that the other protocol's clients do not shows as server cost.
 
 use std::marker::PhantomData;
 
