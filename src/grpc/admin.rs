@@ -448,6 +448,7 @@ mod tests {
             autovacuum: Some(autovacuum),
             mirror_job_events: false,
             rate_limit_per_second: None,
+            rate_limit_period_ms: None,
             tick_max_events: 1000,
             tick_max_bytes: 4_194_304,
         });

@@ -60,12 +60,15 @@ pub fn queue(stats: &QueueStats) -> types::AdminQueue {
 pub fn queue_detail(detail: &QueueDetail) -> types::AdminQueueDetail {
     let stats = &detail.stats;
     let retention = retention_text(detail.job_retention_ms);
+    // The limit over the period it was given with (a job's own rate limit, which sets the rate
+    // alone, reads back over that period too).
+    let period_ms = detail.config.rate_limit_period_ms.unwrap_or(1000);
     let rate_limit = detail
         .config
         .rate_limit_per_second
         .map(|per_second| types::AdminRateLimit {
-            limit: per_second,
-            period: format_duration_ms(1000),
+            limit: per_second * period_ms as f64 / 1000.0,
+            period: format_duration_ms(period_ms),
         });
     types::AdminQueueDetail {
         name: stats.name.clone(),

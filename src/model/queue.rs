@@ -37,6 +37,10 @@ pub struct QueueConfig {
     /// Claims per second the queue allows; none when absent.
     #[serde(default)]
     pub rate_limit_per_second: Option<f64>,
+    /// The period the Admin API's rate limit was given over, ms (the limit reads back over it);
+    /// one second when absent.
+    #[serde(default)]
+    pub rate_limit_period_ms: Option<i64>,
 }
 
 /// A queue's job counts by state, the last hour's figures and its stream's counts. Its JSON form

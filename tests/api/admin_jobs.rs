@@ -208,11 +208,31 @@ async fn queues_list_detail_pause_and_config_have_the_specs_shape() {
         )
         .await;
     assert_eq!(status, StatusCode::OK, "{body}");
+    // The limit reads back as it was given, not as the claims per second it is stored as.
     assert_eq!(
         body["configuration"]["rate_limit"],
-        json!({"limit": 2.0, "period": "PT1S"})
+        json!({"limit": 7200.0, "period": "PT1H"})
     );
     assert_eq!(body["configuration"]["retention"]["completed"], "P7D");
+    for (given, read) in [
+        (
+            json!({"limit": 10, "period": "PT1M"}),
+            json!({"limit": 10.0, "period": "PT1M"}),
+        ),
+        (json!({"limit": 3}), json!({"limit": 3.0, "period": "PT1S"})),
+        (Value::Null, Value::Null),
+    ] {
+        let (status, body) = http
+            .send_json(
+                Method::PUT,
+                "/ojs/v1/admin/queues/email/config",
+                json!({ "rate_limit": given }),
+            )
+            .await;
+        assert_eq!(status, StatusCode::OK, "{body}");
+        let detail = http.get_200("/ojs/v1/admin/queues/email").await;
+        assert_eq!(detail["configuration"]["rate_limit"], read, "{given}");
+    }
     // Unsupported fields are named, and nothing changes.
     let (status, body) = http
         .send_json(
@@ -238,6 +258,32 @@ async fn queues_list_detail_pause_and_config_have_the_specs_shape() {
     assert_eq!(status, StatusCode::BAD_REQUEST, "{body}");
     let detail = http.get_200("/ojs/v1/admin/queues/email").await;
     assert_eq!(detail["configuration"]["retention"]["completed"], "P7D");
+    // One retention serves both states: naming one alone may not change the other.
+    let (status, body) = http
+        .send_json(
+            Method::PUT,
+            "/ojs/v1/admin/queues/email/config",
+            json!({"retention": {"completed": "P2D"}}),
+        )
+        .await;
+    assert_eq!(
+        (status, error_code(&body)),
+        (StatusCode::BAD_REQUEST, "invalid_request"),
+        "{body}"
+    );
+    let detail = http.get_200("/ojs/v1/admin/queues/email").await;
+    assert_eq!(
+        detail["configuration"]["retention"],
+        json!({"completed": "P7D", "discarded": "P7D"})
+    );
+    let (status, body) = http
+        .send_json(
+            Method::PUT,
+            "/ojs/v1/admin/queues/email/config",
+            json!({"retention": {"discarded": "P7D"}}),
+        )
+        .await;
+    assert_eq!(status, StatusCode::OK, "{body}");
     let (status, _) = http
         .send_json(
             Method::PUT,

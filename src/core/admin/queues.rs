@@ -173,10 +173,17 @@ impl Service {
         }
         let mut changes = Map::new();
         if let Some(limit) = input.fields.get("rate_limit") {
-            changes.insert("rate_limit_per_second".into(), rate_per_second(limit)?);
+            let (per_second, period_ms) = rate_limit(limit)?;
+            changes.insert("rate_limit_per_second".into(), per_second);
+            changes.insert("rate_limit_period_ms".into(), period_ms);
         }
-        if let Some(retention) = input.fields.get("retention") {
-            changes.insert("job_retention_ms".into(), json!(retention_ms(retention)?));
+        let retention = input
+            .fields
+            .get("retention")
+            .map(retention_ms)
+            .transpose()?;
+        if let Some((ms, _)) = retention {
+            changes.insert("job_retention_ms".into(), json!(ms));
         }
         if changes.is_empty() {
             return Err(invalid(
@@ -185,7 +192,20 @@ impl Service {
             ));
         }
         // The queue must exist: a configuration update never creates one.
-        self.queue_stats(queue).await?;
+        let current = self.admin_queue(queue).await?;
+        // One retention serves both: naming one state alone may not change the other's.
+        if let Some((ms, false)) = retention
+            && ms != current.job_retention_ms
+        {
+            return Err(invalid(
+                "retention",
+                format!(
+                    "retention: pgvs3 keeps completed and discarded jobs alike (both {} now), so \
+                     setting one alone would change the other: give both the same duration",
+                    retention_text(current.job_retention_ms)
+                ),
+            ));
+        }
         self.store
             .queue_config(queue, &Value::Object(changes))
             .await?;
@@ -193,10 +213,11 @@ impl Service {
     }
 }
 
-/// `{limit, period}` as claims per second (JSON null: no limit).
-fn rate_per_second(value: &Value) -> Result<Value, CoreError> {
+/// `{limit, period}` as claims per second and the period in ms, the period kept so the limit
+/// reads back over it (JSON null: no limit, both cleared).
+fn rate_limit(value: &Value) -> Result<(Value, Value), CoreError> {
     if value.is_null() {
-        return Ok(Value::Null);
+        return Ok((Value::Null, Value::Null));
     }
     let bad = || {
         invalid(
@@ -233,11 +254,12 @@ fn rate_per_second(value: &Value) -> Result<Value, CoreError> {
             ),
         ));
     }
-    Ok(json!(per_second))
+    Ok((json!(per_second), json!(period_ms)))
 }
 
-/// `{completed, discarded}` as one retention in ms (pgvs3 keeps every terminal job alike).
-fn retention_ms(value: &Value) -> Result<i64, CoreError> {
+/// `{completed, discarded}` as one retention in ms (pgvs3 keeps every terminal job alike), and
+/// whether both were named.
+fn retention_ms(value: &Value) -> Result<(i64, bool), CoreError> {
     let bad = |why: &str| invalid("retention", format!("retention: {why}"));
     let object = value
         .as_object()
@@ -265,7 +287,8 @@ fn retention_ms(value: &Value) -> Result<i64, CoreError> {
             _ => found = Some(ms),
         }
     }
-    found.ok_or_else(|| bad("name completed or discarded"))
+    let ms = found.ok_or_else(|| bad("name completed or discarded"))?;
+    Ok((ms, object.len() == 2))
 }
 
 /// A retention in ms as the spec's ISO-8601 duration text.
