@@ -159,6 +159,20 @@ BEGIN
     IF NOT FOUND THEN
         RAISE EXCEPTION 'queue % not found', queue USING ERRCODE = 'PV404';
     END IF;
+    -- One retention serves completed and discarded jobs: a change naming one state alone
+    -- (`job_retention_one_state_default_ms`, the server's default retention) must leave the other
+    -- as it is, so it is refused unless it equals the retention in force. Checked here, under the
+    -- row lock, so a concurrent change cannot slip between the check and the write.
+    IF changes ? 'job_retention_one_state_default_ms'
+       AND coalesce((q.settings->>'job_retention_ms')::bigint,
+                    (changes->>'job_retention_one_state_default_ms')::bigint)
+           IS DISTINCT FROM (changes->>'job_retention_ms')::bigint THEN
+        RAISE EXCEPTION 'retention: pgvs3 keeps completed and discarded jobs alike (both % now), so naming one alone would change the other: give both the same duration',
+              make_interval(secs => coalesce((q.settings->>'job_retention_ms')::bigint,
+                                             (changes->>'job_retention_one_state_default_ms')::bigint) / 1000.0)
+              USING ERRCODE = 'PV400';
+    END IF;
+    changes := changes - 'job_retention_one_state_default_ms';
     IF changes ? 'autovacuum' THEN
         FOR setting IN SELECT key, value FROM jsonb_each(changes->'autovacuum') LOOP
             IF NOT setting.key = ANY (allowed) THEN

@@ -63,7 +63,8 @@ BEGIN
     ON CONFLICT (singleton) DO NOTHING;
     SELECT * INTO bucket FROM __SCHEMA__.rate_limiter FOR UPDATE;
     available := least(capacity, bucket.tokens + extract(epoch FROM now() - bucket.updated_at) * per_second);
-    granted := least(wanted, floor(available)::int);
+    -- least() first: a rate set before rates were bounded may hold more tokens than an int.
+    granted := least(wanted, floor(available))::int;
     UPDATE __SCHEMA__.rate_limiter SET tokens = available - granted, updated_at = now();
     RETURN granted;
 END

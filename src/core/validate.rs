@@ -540,7 +540,21 @@ fn rate_limit(input: Option<&Value>) -> Result<Option<f64>, CoreError> {
             "options.rate_limit.max_per_second must be positive",
         ));
     }
-    Ok(Some(rate))
+    check_claim_rate("options.rate_limit.max_per_second", rate).map(Some)
+}
+
+/// The claim rates a queue may have, per second, whichever API sets them: below one a day a
+/// queue is frozen, not limited (pause it instead); above 1e9 nothing is limited, and the claim's
+/// token count must stay a 32-bit integer.
+pub(crate) fn check_claim_rate(field: &str, per_second: f64) -> Result<f64, CoreError> {
+    if per_second.is_finite() && (1.0 / 86_400.0..=1e9).contains(&per_second) {
+        return Ok(per_second);
+    }
+    Err(CoreError::invalid(format!(
+        "{field}: {per_second} claims per second is out of range: between one a day and 1e9 a \
+         second (to stop a queue, pause it)"
+    ))
+    .with_detail("field", field.into()))
 }
 
 /// Field names the server manages; a caller cannot set them through unknown top-level fields.

@@ -56,6 +56,16 @@ pub fn queue(stats: &QueueStats) -> types::AdminQueue {
     }
 }
 
+/// `x` to 12 significant digits: a limit stored as a rate and multiplied back by its period
+/// reads as given (13 a day, not 13.000000000000002).
+fn significant(x: f64) -> f64 {
+    if x == 0.0 || !x.is_finite() {
+        return x;
+    }
+    let scale = 10f64.powi(11 - x.abs().log10().floor() as i32);
+    (x * scale).round() / scale
+}
+
 /// A queue's detail.
 pub fn queue_detail(detail: &QueueDetail) -> types::AdminQueueDetail {
     let stats = &detail.stats;
@@ -67,7 +77,7 @@ pub fn queue_detail(detail: &QueueDetail) -> types::AdminQueueDetail {
         .config
         .rate_limit_per_second
         .map(|per_second| types::AdminRateLimit {
-            limit: per_second * period_ms as f64 / 1000.0,
+            limit: significant(per_second * (period_ms as f64 / 1000.0)),
             period: format_duration_ms(period_ms),
         });
     types::AdminQueueDetail {

@@ -43,6 +43,20 @@ pub fn stored_instant(t: DateTime<Utc>) -> DateTime<Utc> {
 /// Parses an ISO-8601 duration (`PT1S`, `PT1.5S`, `P1DT2H`, `PT5M`) into milliseconds.
 /// Years and months are refused: their length is not fixed.
 pub fn parse_duration_ms(text: &str) -> Option<i64> {
+    parse_duration_exact_ms(text).map(|total| total.round() as i64)
+}
+
+/// Whole seconds in ms: an ISO-8601 duration with no fraction of a second (none that rounding
+/// to milliseconds would hide).
+pub fn parse_whole_seconds_ms(text: &str) -> Option<i64> {
+    parse_duration_exact_ms(text)
+        .filter(|total| total.fract() == 0.0 && total % 1000.0 == 0.0)
+        .map(|total| total as i64)
+}
+
+/// An ISO-8601 duration in ms, unrounded. Its parts come in ISO order, each at most once
+/// (`W`, `D`, then after `T`: `H`, `M`, `S`), and a `T` needs a part after it.
+fn parse_duration_exact_ms(text: &str) -> Option<f64> {
     let rest = text.strip_prefix('P')?;
     if rest.is_empty() {
         return None;
@@ -51,6 +65,8 @@ pub fn parse_duration_ms(text: &str) -> Option<i64> {
     let mut in_time = false;
     let mut number = String::new();
     let mut saw_unit = false;
+    // The rank of the last part: each part must rank above the one before it.
+    let mut last_rank = 0;
     for c in rest.chars() {
         match c {
             'T' if !in_time && number.is_empty() => in_time = true,
@@ -58,23 +74,33 @@ pub fn parse_duration_ms(text: &str) -> Option<i64> {
             unit => {
                 let value: f64 = number.parse().ok()?;
                 number.clear();
-                let ms = match (in_time, unit) {
-                    (false, 'W') => 7.0 * 86_400_000.0,
-                    (false, 'D') => 86_400_000.0,
-                    (true, 'H') => 3_600_000.0,
-                    (true, 'M') => 60_000.0,
-                    (true, 'S') => 1_000.0,
+                let (rank, ms) = match (in_time, unit) {
+                    (false, 'W') => (1, 7.0 * 86_400_000.0),
+                    (false, 'D') => (2, 86_400_000.0),
+                    (true, 'H') => (3, 3_600_000.0),
+                    (true, 'M') => (4, 60_000.0),
+                    (true, 'S') => (5, 1_000.0),
                     _ => return None,
                 };
+                if rank <= last_rank {
+                    return None;
+                }
+                last_rank = rank;
                 total += value * ms;
                 saw_unit = true;
             }
         }
     }
-    if !number.is_empty() || !saw_unit || !total.is_finite() || total > i64::MAX as f64 {
+    let time_part_missing = in_time && last_rank < 3;
+    if !number.is_empty()
+        || !saw_unit
+        || time_part_missing
+        || !total.is_finite()
+        || total > i64::MAX as f64
+    {
         return None;
     }
-    Some(total.round() as i64)
+    Some(total)
 }
 
 /// Parses a duration written `500ms`, `2s`, `1h30m`, `720h`, `7d` or as ISO-8601 (`PT2S`) into ms.
@@ -130,6 +156,31 @@ pub fn format_duration_ms(ms: i64) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn durations_keep_iso_order_and_need_a_part_after_t() {
+        assert_eq!(parse_duration_ms("P1DT12H"), Some(129_600_000));
+        assert_eq!(parse_duration_ms("P1WT1S"), Some(604_801_000));
+        assert_eq!(parse_duration_ms("PT1H30M"), Some(5_400_000));
+        for bad in ["P1DT", "PT", "PT1H1H", "PT1M1H", "P1D1W", "PT1S1M", "P1WT"] {
+            assert_eq!(parse_duration_ms(bad), None, "{bad}");
+        }
+    }
+
+    #[test]
+    fn whole_seconds_refuse_what_rounding_would_hide() {
+        assert_eq!(parse_whole_seconds_ms("PT1M"), Some(60_000));
+        assert_eq!(parse_whole_seconds_ms("P1D"), Some(86_400_000));
+        for bad in [
+            "PT0.5S",
+            "PT1.0004S",
+            "PT0.9996S",
+            "P3650DT0.0004S",
+            "PT0.001S",
+        ] {
+            assert_eq!(parse_whole_seconds_ms(bad), None, "{bad}");
+        }
+    }
 
     #[test]
     fn durations_parse_and_render() {

@@ -219,6 +219,11 @@ async fn queues_list_detail_pause_and_config_have_the_specs_shape() {
             json!({"limit": 10, "period": "PT1M"}),
             json!({"limit": 10.0, "period": "PT1M"}),
         ),
+        // Stored as a rate, multiplied back: 13.000000000000002 unless rounded.
+        (
+            json!({"limit": 13, "period": "P1D"}),
+            json!({"limit": 13.0, "period": "PT24H"}),
+        ),
         (json!({"limit": 3}), json!({"limit": 3.0, "period": "PT1S"})),
         (Value::Null, Value::Null),
     ] {
@@ -233,6 +238,41 @@ async fn queues_list_detail_pause_and_config_have_the_specs_shape() {
         let detail = http.get_200("/ojs/v1/admin/queues/email").await;
         assert_eq!(detail["configuration"]["rate_limit"], read, "{given}");
     }
+    // Periods of whole seconds, at least one (a shorter one let a burst past its limit, and a
+    // fraction rounded away changed the rate), written as ISO 8601 allows; rates any API sets
+    // stay between one a day and 1e9 a second (a job's 3e9 made every fetch of its queue a 500).
+    for bad in [
+        json!({"limit": 1, "period": "PT0.1S"}),
+        json!({"limit": 3, "period": "PT1.0004S"}),
+        json!({"limit": 5, "period": "P1DT"}),
+        json!({"limit": 5, "period": "PT1H1H"}),
+        json!({"limit": 2e9}),
+    ] {
+        let (status, body) = http
+            .send_json(
+                Method::PUT,
+                "/ojs/v1/admin/queues/email/config",
+                json!({ "rate_limit": bad }),
+            )
+            .await;
+        assert_eq!(
+            (status, error_code(&body)),
+            (StatusCode::BAD_REQUEST, "invalid_request"),
+            "{bad}: {body}"
+        );
+    }
+    let (status, body) = http
+        .send_json(
+            Method::POST,
+            "/ojs/v1/jobs",
+            json!({"type": "t", "args": [], "options": {"queue": "email", "rate_limit": {"max_per_second": 3e9}}}),
+        )
+        .await;
+    assert_eq!(
+        (status, error_code(&body)),
+        (StatusCode::BAD_REQUEST, "invalid_request"),
+        "{body}"
+    );
     // Unsupported fields are named, and nothing changes.
     let (status, body) = http
         .send_json(

@@ -604,3 +604,67 @@ async fn a_drop_waits_for_a_workflow_being_made_on_its_queue_then_refuses() {
     );
     app.stop().await;
 }
+
+/// A retention naming one state alone is checked against the retention in force under the
+/// queue's row lock: a change committed while it waits is seen, so it is refused (400) rather
+/// than setting both states to its duration (it answered 200 and set both when the check ran
+/// before the lock).
+#[tokio::test]
+async fn a_one_state_retention_is_checked_under_the_queues_row_lock() {
+    use sqlx::{Connection, PgConnection};
+    let app = common::spawn_app().await;
+    let http = common::http::Http::new(&app);
+    let q = "retention-race";
+    http.ok_post("/ojs/v1/queues", json!({ "name": q })).await;
+    let config = format!("/ojs/v1/admin/queues/{q}/config");
+    let (status, body) = http
+        .send(
+            reqwest::Method::PUT,
+            &config,
+            Some(json!({"retention": {"completed": "PT1H", "discarded": "PT1H"}})),
+        )
+        .await;
+    assert_eq!(status.as_u16(), 200, "{body}");
+
+    // Another writer holds the queue's row and moves the retention to five hours.
+    let mut writer = PgConnection::connect(&app.database_url)
+        .await
+        .expect("connect");
+    let mut writing = writer.begin().await.expect("begin");
+    sqlx::query(
+        "UPDATE s3p.queues SET settings = settings || '{\"job_retention_ms\": 18000000}' \
+         WHERE name = $1",
+    )
+    .bind(q)
+    .execute(&mut *writing)
+    .await
+    .expect("retention moved, not committed");
+
+    let one_state = tokio::spawn({
+        let http = common::http::Http::new(&app);
+        let config = config.clone();
+        async move {
+            http.send(
+                reqwest::Method::PUT,
+                &config,
+                Some(json!({"retention": {"completed": "PT1H"}})),
+            )
+            .await
+        }
+    });
+    let mut probe = PgConnection::connect(&app.database_url)
+        .await
+        .expect("connect");
+    until_waiting(&mut probe, "queue_config").await;
+    writing.commit().await.expect("commit");
+    let (status, body) = one_state.await.expect("put");
+    assert_eq!(status.as_u16(), 400, "{body}");
+    assert_eq!(body["error"]["code"], "invalid_request", "{body}");
+    let detail = http.get_200(&format!("/ojs/v1/admin/queues/{q}")).await;
+    assert_eq!(
+        detail["configuration"]["retention"],
+        json!({"completed": "PT5H", "discarded": "PT5H"}),
+        "{detail}"
+    );
+    app.stop().await;
+}

@@ -6,10 +6,10 @@ use serde_json::{Map, Value, json};
 
 use super::{PURGE_BATCH, PageNumber, invalid, parse_instant, require_confirm};
 use crate::core::browse::JOB_STATES;
-use crate::core::validate::check_queue_name;
+use crate::core::validate::{check_claim_rate, check_queue_name};
 use crate::core::{CoreError, QueueConfig, QueueStats, Scope, Service};
 use crate::model::admin::CountedPage;
-use crate::model::time::{format_duration_ms, parse_duration_ms};
+use crate::model::time::{format_duration_ms, parse_whole_seconds_ms};
 
 /// A queue's detail: its counts, configuration and oldest ready job.
 #[derive(Debug, Clone, PartialEq)]
@@ -177,13 +177,18 @@ impl Service {
             changes.insert("rate_limit_per_second".into(), per_second);
             changes.insert("rate_limit_period_ms".into(), period_ms);
         }
-        let retention = input
-            .fields
-            .get("retention")
-            .map(retention_ms)
-            .transpose()?;
-        if let Some((ms, _)) = retention {
+        if let Some(retention) = input.fields.get("retention") {
+            let (ms, both_named) = retention_ms(retention)?;
             changes.insert("job_retention_ms".into(), json!(ms));
+            if !both_named {
+                // One retention serves both states: naming one alone may not change the other.
+                // Checked by s3p.queue_config under the queue's row lock, against the retention
+                // in force (this default when the queue has none of its own).
+                changes.insert(
+                    "job_retention_one_state_default_ms".into(),
+                    json!(self.settings.job_retention_ms),
+                );
+            }
         }
         if changes.is_empty() {
             return Err(invalid(
@@ -192,20 +197,7 @@ impl Service {
             ));
         }
         // The queue must exist: a configuration update never creates one.
-        let current = self.admin_queue(queue).await?;
-        // One retention serves both: naming one state alone may not change the other's.
-        if let Some((ms, false)) = retention
-            && ms != current.job_retention_ms
-        {
-            return Err(invalid(
-                "retention",
-                format!(
-                    "retention: pgvs3 keeps completed and discarded jobs alike (both {} now), so \
-                     setting one alone would change the other: give both the same duration",
-                    retention_text(current.job_retention_ms)
-                ),
-            ));
-        }
+        self.queue_stats(queue).await?;
         self.store
             .queue_config(queue, &Value::Object(changes))
             .await?;
@@ -235,25 +227,24 @@ fn rate_limit(value: &Value) -> Result<(Value, Value), CoreError> {
         .and_then(Value::as_f64)
         .filter(|l| l.is_finite() && *l > 0.0)
         .ok_or_else(bad)?;
+    // Whole seconds, at least one: the claim's token bucket holds one second's worth, so a
+    // shorter period would let a burst past its limit, and milliseconds rounded away would
+    // change the rate that reads back.
     let period_ms = match object.get("period") {
         None => 1000,
         Some(p) => p
             .as_str()
-            .and_then(parse_duration_ms)
-            .filter(|ms| *ms > 0)
-            .ok_or_else(bad)?,
+            .and_then(parse_whole_seconds_ms)
+            .filter(|ms| *ms >= 1000)
+            .ok_or_else(|| {
+                invalid(
+                    "rate_limit",
+                    "rate_limit.period must be an ISO-8601 duration of whole seconds, at least PT1S"
+                        .into(),
+                )
+            })?,
     };
-    let per_second = limit * 1000.0 / period_ms as f64;
-    // Below one claim a day a queue is frozen, not limited: pause it instead.
-    if !(per_second.is_finite() && (1.0 / 86_400.0..=1e9).contains(&per_second)) {
-        return Err(invalid(
-            "rate_limit",
-            format!(
-                "rate_limit of {per_second} claims per second is out of range: between one a day \
-                 and 1e9 a second (to stop a queue, pause it)"
-            ),
-        ));
-    }
+    let per_second = check_claim_rate("rate_limit", limit * (1000.0 / period_ms as f64))?;
     Ok((json!(per_second), json!(period_ms)))
 }
 
@@ -271,11 +262,11 @@ fn retention_ms(value: &Value) -> Result<(i64, bool), CoreError> {
         }
         let ms = text
             .as_str()
-            .and_then(parse_duration_ms)
+            .and_then(parse_whole_seconds_ms)
             .filter(|ms| (1000..=10 * 365 * 86_400_000).contains(ms))
             .ok_or_else(|| {
                 bad(&format!(
-                    "{key} must be an ISO-8601 duration of 1s to 10 years"
+                    "{key} must be an ISO-8601 duration of whole seconds, 1s to 10 years"
                 ))
             })?;
         match found {
