@@ -324,6 +324,26 @@ async fn queues_list_detail_pause_and_config_have_the_specs_shape() {
         )
         .await;
     assert_eq!(status, StatusCode::OK, "{body}");
+    // What the queue config route stores reads back as a retention this route takes again.
+    let (status, body) = http
+        .send_json(
+            Method::POST,
+            "/ojs/v1/queues/email/config",
+            json!({"job_retention": "1500ms"}),
+        )
+        .await;
+    assert_eq!(status, StatusCode::OK, "{body}");
+    let detail = http.get_200("/ojs/v1/admin/queues/email").await;
+    let retention = detail["configuration"]["retention"].clone();
+    assert_eq!(retention["completed"], "PT1.5S", "{detail}");
+    let (status, body) = http
+        .send_json(
+            Method::PUT,
+            "/ojs/v1/admin/queues/email/config",
+            json!({ "retention": retention }),
+        )
+        .await;
+    assert_eq!(status, StatusCode::OK, "{body}");
     let (status, _) = http
         .send_json(
             Method::PUT,

@@ -6,10 +6,10 @@ use serde_json::{Map, Value, json};
 
 use super::{PURGE_BATCH, PageNumber, invalid, parse_instant, require_confirm};
 use crate::core::browse::JOB_STATES;
-use crate::core::validate::{check_claim_rate, check_queue_name};
+use crate::core::validate::{MAX_DURATION_MS, check_claim_rate, check_queue_name};
 use crate::core::{CoreError, QueueConfig, QueueStats, Scope, Service};
 use crate::model::admin::CountedPage;
-use crate::model::time::{format_duration_ms, parse_whole_seconds_ms};
+use crate::model::time::{format_duration_ms, parse_duration_ms, parse_whole_seconds_ms};
 
 /// A queue's detail: its counts, configuration and oldest ready job.
 #[derive(Debug, Clone, PartialEq)]
@@ -260,13 +260,15 @@ fn retention_ms(value: &Value) -> Result<(i64, bool), CoreError> {
         if key != "completed" && key != "discarded" {
             return Err(bad(&format!("{key} is not completed or discarded")));
         }
+        // The bounds of `job_retention` on the queue config route, so whatever either route
+        // stored reads back (`PT1.5S`) as a value this one takes.
         let ms = text
             .as_str()
-            .and_then(parse_whole_seconds_ms)
-            .filter(|ms| (1000..=10 * 365 * 86_400_000).contains(ms))
+            .and_then(parse_duration_ms)
+            .filter(|ms| (1..=MAX_DURATION_MS).contains(ms))
             .ok_or_else(|| {
                 bad(&format!(
-                    "{key} must be an ISO-8601 duration of whole seconds, 1s to 10 years"
+                    "{key} must be an ISO-8601 duration of 1 ms to 10 years"
                 ))
             })?;
         match found {
