@@ -47,11 +47,11 @@ pub fn parse_duration_ms(text: &str) -> Option<i64> {
 }
 
 /// Whole seconds in ms: an ISO-8601 duration with no fraction of a second (none that rounding
-/// to milliseconds would hide).
+/// to milliseconds would hide). `PT0.3M` is 18 s, though 0.3 × 60,000 is not exact in binary.
 pub fn parse_whole_seconds_ms(text: &str) -> Option<i64> {
-    parse_duration_exact_ms(text)
-        .filter(|total| total.fract() == 0.0 && total % 1000.0 == 0.0)
-        .map(|total| total as i64)
+    let seconds = parse_duration_exact_ms(text)? / 1000.0;
+    let whole = seconds.round();
+    ((seconds - whole).abs() < 1e-9).then_some(whole as i64 * 1000)
 }
 
 /// An ISO-8601 duration in ms, unrounded. Its parts come in ISO order, each at most once
@@ -171,6 +171,8 @@ mod tests {
     fn whole_seconds_refuse_what_rounding_would_hide() {
         assert_eq!(parse_whole_seconds_ms("PT1M"), Some(60_000));
         assert_eq!(parse_whole_seconds_ms("P1D"), Some(86_400_000));
+        assert_eq!(parse_whole_seconds_ms("PT0.3M"), Some(18_000));
+        assert_eq!(parse_whole_seconds_ms("PT1.5M"), Some(90_000));
         for bad in [
             "PT0.5S",
             "PT1.0004S",
