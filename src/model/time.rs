@@ -55,7 +55,8 @@ pub fn parse_whole_seconds_ms(text: &str) -> Option<i64> {
 }
 
 /// An ISO-8601 duration in ms, unrounded. Its parts come in ISO order, each at most once
-/// (`W`, `D`, then after `T`: `H`, `M`, `S`), and a `T` needs a part after it.
+/// (`W`, `D`, then after `T`: `H`, `M`, `S`), and a `T` needs a part after it; only the last
+/// part may have a fraction, written with `.` or `,`.
 fn parse_duration_exact_ms(text: &str) -> Option<f64> {
     let rest = text.strip_prefix('P')?;
     if rest.is_empty() {
@@ -67,11 +68,17 @@ fn parse_duration_exact_ms(text: &str) -> Option<f64> {
     let mut saw_unit = false;
     // The rank of the last part: each part must rank above the one before it.
     let mut last_rank = 0;
+    let mut fraction_seen = false;
     for c in rest.chars() {
         match c {
             'T' if !in_time && number.is_empty() => in_time = true,
             '0'..='9' | '.' => number.push(c),
+            ',' => number.push('.'),
             unit => {
+                if fraction_seen {
+                    return None;
+                }
+                fraction_seen = number.contains('.');
                 let value: f64 = number.parse().ok()?;
                 number.clear();
                 let (rank, ms) = match (in_time, unit) {
@@ -162,7 +169,19 @@ mod tests {
         assert_eq!(parse_duration_ms("P1DT12H"), Some(129_600_000));
         assert_eq!(parse_duration_ms("P1WT1S"), Some(604_801_000));
         assert_eq!(parse_duration_ms("PT1H30M"), Some(5_400_000));
-        for bad in ["P1DT", "PT", "PT1H1H", "PT1M1H", "P1D1W", "PT1S1M", "P1WT"] {
+        assert_eq!(parse_duration_ms("PT1,5S"), Some(1_500));
+        assert_eq!(parse_duration_ms("P1DT1.5H"), Some(91_800_000));
+        for bad in [
+            "P1DT",
+            "PT",
+            "PT1H1H",
+            "PT1M1H",
+            "P1D1W",
+            "PT1S1M",
+            "P1WT",
+            "PT1.5H30M",
+            "P1.5DT1H",
+        ] {
             assert_eq!(parse_duration_ms(bad), None, "{bad}");
         }
     }
