@@ -535,11 +535,6 @@ fn rate_limit(input: Option<&Value>) -> Result<Option<f64>, CoreError> {
         .ok_or_else(|| {
             CoreError::invalid("options.rate_limit must be {\"max_per_second\": number}")
         })?;
-    if !(rate > 0.0 && rate.is_finite()) {
-        return Err(CoreError::invalid(
-            "options.rate_limit.max_per_second must be positive",
-        ));
-    }
     check_claim_rate("options.rate_limit.max_per_second", rate).map(Some)
 }
 

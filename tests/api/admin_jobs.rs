@@ -200,13 +200,9 @@ async fn queues_list_detail_pause_and_config_have_the_specs_shape() {
         (StatusCode::NOT_FOUND, "not_found")
     );
 
-    let (status, body) = http
-        .send_json(
-            Method::PUT,
-            "/ojs/v1/admin/queues/email/config",
-            json!({"rate_limit": {"limit": 7200, "period": "PT1H"}, "retention": {"completed": "P7D", "discarded": "P7D"}}),
-        )
-        .await;
+    let put_config =
+        |body: Value| http.send_json(Method::PUT, "/ojs/v1/admin/queues/email/config", body);
+    let (status, body) = put_config(json!({"rate_limit": {"limit": 7200, "period": "PT1H"}, "retention": {"completed": "P7D", "discarded": "P7D"}})).await;
     assert_eq!(status, StatusCode::OK, "{body}");
     // The limit reads back as it was given, not as the claims per second it is stored as.
     assert_eq!(
@@ -227,13 +223,7 @@ async fn queues_list_detail_pause_and_config_have_the_specs_shape() {
         (json!({"limit": 3}), json!({"limit": 3.0, "period": "PT1S"})),
         (Value::Null, Value::Null),
     ] {
-        let (status, body) = http
-            .send_json(
-                Method::PUT,
-                "/ojs/v1/admin/queues/email/config",
-                json!({ "rate_limit": given }),
-            )
-            .await;
+        let (status, body) = put_config(json!({ "rate_limit": given })).await;
         assert_eq!(status, StatusCode::OK, "{body}");
         let detail = http.get_200("/ojs/v1/admin/queues/email").await;
         assert_eq!(detail["configuration"]["rate_limit"], read, "{given}");
@@ -248,13 +238,7 @@ async fn queues_list_detail_pause_and_config_have_the_specs_shape() {
         json!({"limit": 5, "period": "PT1H1H"}),
         json!({"limit": 2e9}),
     ] {
-        let (status, body) = http
-            .send_json(
-                Method::PUT,
-                "/ojs/v1/admin/queues/email/config",
-                json!({ "rate_limit": bad }),
-            )
-            .await;
+        let (status, body) = put_config(json!({ "rate_limit": bad })).await;
         assert_eq!(
             (status, error_code(&body)),
             (StatusCode::BAD_REQUEST, "invalid_request"),
@@ -274,13 +258,8 @@ async fn queues_list_detail_pause_and_config_have_the_specs_shape() {
         "{body}"
     );
     // Unsupported fields are named, and nothing changes.
-    let (status, body) = http
-        .send_json(
-            Method::PUT,
-            "/ojs/v1/admin/queues/email/config",
-            json!({"concurrency": 30, "retention": {"completed": "P1D"}}),
-        )
-        .await;
+    let (status, body) =
+        put_config(json!({"concurrency": 30, "retention": {"completed": "P1D"}})).await;
     assert_eq!(status, StatusCode::BAD_REQUEST);
     assert!(
         body["error"]["message"]
@@ -288,24 +267,13 @@ async fn queues_list_detail_pause_and_config_have_the_specs_shape() {
             .is_some_and(|m| m.contains("concurrency")),
         "{body}"
     );
-    let (status, body) = http
-        .send_json(
-            Method::PUT,
-            "/ojs/v1/admin/queues/email/config",
-            json!({"retention": {"completed": "P14D", "discarded": "P90D"}}),
-        )
-        .await;
+    let (status, body) =
+        put_config(json!({"retention": {"completed": "P14D", "discarded": "P90D"}})).await;
     assert_eq!(status, StatusCode::BAD_REQUEST, "{body}");
     let detail = http.get_200("/ojs/v1/admin/queues/email").await;
     assert_eq!(detail["configuration"]["retention"]["completed"], "P7D");
     // One retention serves both states: naming one alone may not change the other.
-    let (status, body) = http
-        .send_json(
-            Method::PUT,
-            "/ojs/v1/admin/queues/email/config",
-            json!({"retention": {"completed": "P2D"}}),
-        )
-        .await;
+    let (status, body) = put_config(json!({"retention": {"completed": "P2D"}})).await;
     assert_eq!(
         (status, error_code(&body)),
         (StatusCode::BAD_REQUEST, "invalid_request"),
@@ -316,13 +284,7 @@ async fn queues_list_detail_pause_and_config_have_the_specs_shape() {
         detail["configuration"]["retention"],
         json!({"completed": "P7D", "discarded": "P7D"})
     );
-    let (status, body) = http
-        .send_json(
-            Method::PUT,
-            "/ojs/v1/admin/queues/email/config",
-            json!({"retention": {"discarded": "P7D"}}),
-        )
-        .await;
+    let (status, body) = put_config(json!({"retention": {"discarded": "P7D"}})).await;
     assert_eq!(status, StatusCode::OK, "{body}");
     // What the queue config route stores reads back as a retention this route takes again.
     let (status, body) = http
@@ -336,13 +298,7 @@ async fn queues_list_detail_pause_and_config_have_the_specs_shape() {
     let detail = http.get_200("/ojs/v1/admin/queues/email").await;
     let retention = detail["configuration"]["retention"].clone();
     assert_eq!(retention["completed"], "PT1.5S", "{detail}");
-    let (status, body) = http
-        .send_json(
-            Method::PUT,
-            "/ojs/v1/admin/queues/email/config",
-            json!({ "retention": retention }),
-        )
-        .await;
+    let (status, body) = put_config(json!({ "retention": retention })).await;
     assert_eq!(status, StatusCode::OK, "{body}");
     let (status, _) = http
         .send_json(

@@ -222,10 +222,10 @@ fn rate_limit(value: &Value) -> Result<(Value, Value), CoreError> {
     if object.keys().any(|k| k != "limit" && k != "period") {
         return Err(bad());
     }
+    // Its sign and size are the rate's bounds (check_claim_rate, below).
     let limit = object
         .get("limit")
         .and_then(Value::as_f64)
-        .filter(|l| l.is_finite() && *l > 0.0)
         .ok_or_else(bad)?;
     // Whole seconds, at least one: the claim's token bucket holds one second's worth, so a
     // shorter period would let a burst past its limit, and milliseconds rounded away would
