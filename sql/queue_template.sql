@@ -74,23 +74,28 @@ $fn$;
 -- k; a NULL array means NULL for every job), all or none, in the order given: the ids clients
 -- gave (`given`) reserved (s3p.reserve_job_ids; minted ids need nothing), the quota checked, the
 -- jobs stored, their events recorded, and one NOTIFY when any is available now. Each state follows
--- from `pending` and `scheduled_at`. Every path that stores a new job ends here. Answers what the
--- store set, in the order given.
+-- from `pending` and `scheduled_at`. Every path that stores a new job ends here. Answers one row:
+-- when the jobs were stored (their created_at), and each job's state and run_at in the order
+-- given, or NULL arrays when every job is available from that moment (then also its enqueued_at
+-- and run_at), so a batch's answer is one row, not a row per job.
 DROP FUNCTION IF EXISTS __SCHEMA__.enqueue_plain(text, jsonb);
+DROP FUNCTION IF EXISTS __SCHEMA__.insert_jobs(text, uuid[], uuid[], text[], jsonb[], jsonb[],
+    jsonb[], text[], int[], int[], bigint[], bigint[], jsonb[], jsonb[], text[], jsonb[],
+    timestamptz[], timestamptz[], jsonb[], uuid[], jsonb[]);
 CREATE OR REPLACE FUNCTION __SCHEMA__.insert_jobs(
     queue_name text, given uuid[], ids uuid[], types text[], job_args jsonb[], metas jsonb[],
     extras jsonb[], requested text[], priorities int[], attempts_allowed int[], timeouts bigint[],
     leases bigint[], retries jsonb[], uniqs jsonb[], unique_keys text[], tag_lists jsonb[],
     scheduled timestamptz[], expiries timestamptz[], histories jsonb[], workflow_ids uuid[],
-    parents jsonb[])
-RETURNS TABLE (stored_id uuid, stored_state text, stored_created_at timestamptz,
-               stored_enqueued_at timestamptz, stored_run_at timestamptz, stored_seq bigint)
+    parents jsonb[],
+    OUT stored_at timestamptz, OUT stored_states text[], OUT stored_run_ats timestamptz[])
 LANGUAGE plpgsql AS $fn$
 DECLARE
     n int := coalesce(cardinality(ids), 0);
     states text[];
     event_extras jsonb[];
 BEGIN
+    stored_at := now();
     IF cardinality(given) > 0 THEN
         PERFORM s3p.reserve_job_ids(queue_name, given);
     END IF;
@@ -99,14 +104,20 @@ BEGIN
         RETURN;
     END IF;
     -- The one place a new job's state is decided.
-    states := ARRAY(SELECT CASE WHEN u.wanted = 'pending' THEN 'pending'
-                                WHEN u.scheduled_at > now() THEN 'scheduled'
-                                ELSE 'available' END
-                      FROM unnest(ids, requested, scheduled) WITH ORDINALITY AS u(id, wanted, scheduled_at, k)
-                     ORDER BY u.k);
-    RETURN QUERY
-    WITH inserted AS (
-        INSERT INTO __SCHEMA__.jobs AS j (
+    IF scheduled IS NULL AND NOT ('pending' = ANY (requested)) THEN
+        states := array_fill('available'::text, ARRAY[n]);
+    ELSE
+        states := ARRAY(SELECT CASE WHEN u.wanted = 'pending' THEN 'pending'
+                                    WHEN u.scheduled_at > now() THEN 'scheduled'
+                                    ELSE 'available' END
+                          FROM unnest(ids, requested, scheduled) WITH ORDINALITY AS u(id, wanted, scheduled_at, k)
+                         ORDER BY u.k);
+        stored_states := states;
+        stored_run_ats := ARRAY(SELECT CASE s.state WHEN 'available' THEN now() ELSE coalesce(scheduled[s.k], now()) END
+                                  FROM unnest(states) WITH ORDINALITY AS s(state, k) ORDER BY s.k);
+    END IF;
+    -- stored_run_ats NULL: every job runs from now.
+    INSERT INTO __SCHEMA__.jobs AS j (
             id, queue, type, args, meta, extra, state, priority, attempt, max_attempts, timeout_ms,
             visibility_timeout_ms, retry, uniq, tags, created_at, enqueued_at, scheduled_at,
             expires_at, run_at, errors, seq, unique_key, workflow_id, parent_results)
@@ -114,7 +125,7 @@ BEGIN
         SELECT g.id, queue_name, g.type, g.args, g.meta, g.extra, states[g.k], g.priority, 0,
                g.max_attempts, g.timeout_ms, g.visibility_timeout_ms, g.retry, g.uniq, g.tags, now(),
                CASE states[g.k] WHEN 'available' THEN now() END, g.scheduled_at, g.expires_at,
-               CASE states[g.k] WHEN 'available' THEN now() ELSE coalesce(g.scheduled_at, now()) END,
+               coalesce(stored_run_ats[g.k], now()),
                g.errors, nextval('__SCHEMA__.job_seq'), g.unique_key, g.workflow_id, g.parent_results
           FROM unnest(ids, types, job_args, metas, extras, priorities, attempts_allowed, timeouts,
                       leases, retries, uniqs, unique_keys, tag_lists, scheduled, expiries,
@@ -122,22 +133,19 @@ BEGIN
                WITH ORDINALITY AS g(id, type, args, meta, extra, priority, max_attempts,
                                     timeout_ms, visibility_timeout_ms, retry, uniq, unique_key, tags,
                                     scheduled_at, expires_at, errors, workflow_id, parent_results, k)
-         ORDER BY g.k
-        RETURNING j.id, j.state, j.created_at, j.enqueued_at, j.run_at, j.seq
-    )
-    SELECT i.id, i.state, i.created_at, i.enqueued_at, i.run_at, i.seq FROM inserted i ORDER BY i.seq;
+         ORDER BY g.k;
 
     -- The events, in the order given (which is seq order), straight from the input columns: what
     -- each job was stored with. Jobs of one priority, none scheduled, share one extra.
     IF scheduled IS NULL AND priorities = array_fill(priorities[1], ARRAY[n]) THEN
-        event_extras := array_fill(jsonb_build_object('priority', priorities[1], 'scheduled_at', NULL), ARRAY[n]);
+        event_extras := ARRAY[jsonb_build_object('priority', priorities[1], 'scheduled_at', NULL)];
     ELSE
         event_extras := ARRAY(SELECT jsonb_build_object('priority', u.priority, 'scheduled_at', u.scheduled_at)
                                 FROM unnest(ids, priorities, scheduled) WITH ORDINALITY AS u(id, priority, scheduled_at, k)
                                ORDER BY u.k);
     END IF;
     PERFORM s3p.record_events(
-        queue_name, 'job.enqueued', 'available', ids, types, array_fill(0, ARRAY[n]), event_extras,
+        queue_name, 'job.enqueued', 'available', ids, types, ARRAY[0], event_extras,
         CASE WHEN 'scheduled' = ANY (states)
              THEN ARRAY(SELECT CASE s.state WHEN 'scheduled' THEN 'job.scheduled' ELSE 'job.enqueued' END
                           FROM unnest(states) WITH ORDINALITY AS s(state, k) ORDER BY s.k) END,
@@ -157,7 +165,8 @@ LANGUAGE plpgsql AS $fn$
 DECLARE
     stored uuid[];
 BEGIN
-    SELECT array_agg(n.stored_id ORDER BY n.stored_seq) INTO stored
+    -- insert_jobs stores them all in the order given, or raises.
+    SELECT c.ids INTO stored
       FROM (SELECT min(r.queue) AS queue, array_agg(r.id ORDER BY r.ordinality) AS ids, array_agg(r.type ORDER BY r.ordinality) AS types,
                    array_agg(r.args ORDER BY r.ordinality) AS job_args, array_agg(r.meta ORDER BY r.ordinality) AS metas,
                    array_agg(r.extra ORDER BY r.ordinality) AS extras, array_agg(r.state ORDER BY r.ordinality) AS requested,

@@ -12,16 +12,16 @@ use super::grouped::DbError;
 use super::hot::HotPool;
 use super::rows::stored_state;
 use crate::model::error::{CoreError, ErrorKind};
-use crate::model::job::{Job, NewJob, RetryPolicy};
+use crate::model::job::{Job, JobState, NewJob, RetryPolicy};
 
-/// What `insert_jobs` set on one stored job.
+/// What `insert_jobs` set on the jobs it stored: their created_at, and their states and run_at
+/// in the order given, or none when every job is available from `stored_at` (then also its
+/// enqueued_at and run_at).
 #[derive(sqlx::FromRow)]
-struct StoredRow {
-    stored_id: Uuid,
-    stored_state: String,
-    stored_created_at: DateTime<Utc>,
-    stored_enqueued_at: Option<DateTime<Utc>>,
-    stored_run_at: Option<DateTime<Utc>>,
+struct StoredBatch {
+    stored_at: DateTime<Utc>,
+    stored_states: Option<Vec<String>>,
+    stored_run_ats: Option<Vec<DateTime<Utc>>>,
 }
 
 /// A column that may be NULL as a whole (`sparse`).
@@ -109,12 +109,12 @@ pub(super) async fn insert_jobs(
 ) -> Result<Vec<Job>, DbError> {
     let columns = Columns::of(jobs).map_err(DbError::Core)?;
     let sql = format!(
-        "SELECT stored_id, stored_state, stored_created_at, stored_enqueued_at, stored_run_at
+        "SELECT stored_at, stored_states, stored_run_ats
            FROM {schema}.insert_jobs($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, $13, $14,
                                      $15, $16, $17, $18, $19, NULL, NULL)"
     );
     let c = &columns;
-    let stored: Vec<StoredRow> = conflicts
+    let stored: StoredBatch = conflicts
         .rerun(|| {
             sqlx::query_as(AssertSqlSafe(sql.clone()))
                 .bind(queue)
@@ -136,39 +136,59 @@ pub(super) async fn insert_jobs(
                 .bind(&c.scheduled)
                 .bind(&c.expiries)
                 .bind(&c.histories)
-                .fetch_all(pool)
+                .fetch_one(pool)
         })
         .await
         .map_err(DbError::Sql)?;
-    if stored.len() != jobs.len() {
-        return Err(DbError::Core(CoreError::new(
-            ErrorKind::Backend,
-            format!("stored {} of {} jobs", stored.len(), jobs.len()),
-        )));
-    }
-    jobs.iter()
-        .zip(stored)
-        .map(|(job, row)| stored_job(job, row))
-        .collect::<Result<_, _>>()
-        .map_err(DbError::Core)
+    stored_jobs(jobs, stored).map_err(DbError::Core)
 }
 
-/// The job as stored: what was given, and what the store set.
-fn stored_job(job: &NewJob, row: StoredRow) -> Result<Job, CoreError> {
-    if row.stored_id != job.id {
-        return Err(CoreError::new(
+/// The jobs as stored: what was given, and what the store set.
+fn stored_jobs(jobs: &[NewJob], stored: StoredBatch) -> Result<Vec<Job>, CoreError> {
+    let at = stored.stored_at;
+    match (stored.stored_states, stored.stored_run_ats) {
+        (None, None) => Ok(jobs
+            .iter()
+            .map(|job| stored_job(job, JobState::Available, at, Some(at), Some(at)))
+            .collect()),
+        (Some(states), Some(run_ats))
+            if states.len() == jobs.len() && run_ats.len() == jobs.len() =>
+        {
+            jobs.iter()
+                .zip(states.iter().zip(run_ats))
+                .map(|(job, (state, run_at))| {
+                    let state = stored_state(state)?;
+                    let enqueued_at = (state == JobState::Available).then_some(at);
+                    Ok(stored_job(job, state, at, enqueued_at, Some(run_at)))
+                })
+                .collect()
+        }
+        _ => Err(CoreError::new(
             ErrorKind::Backend,
-            format!("stored job {} where {} was due", row.stored_id, job.id),
-        ));
+            format!(
+                "insert_jobs answered states or run_at times not one per job of {}",
+                jobs.len()
+            ),
+        )),
     }
-    Ok(Job {
+}
+
+/// One job as stored: what was given, and what the store set.
+fn stored_job(
+    job: &NewJob,
+    state: JobState,
+    created_at: DateTime<Utc>,
+    enqueued_at: Option<DateTime<Utc>>,
+    run_at: Option<DateTime<Utc>>,
+) -> Job {
+    Job {
         id: job.id,
         queue: job.queue.clone(),
         job_type: job.job_type.clone(),
         args: job.args.clone(),
         meta: job.meta.clone(),
         extra: job.extra.clone(),
-        state: stored_state(&row.stored_state)?,
+        state,
         previous_state: None,
         priority: i32::try_from(job.priority).unwrap_or_default(),
         attempt: 0,
@@ -178,8 +198,8 @@ fn stored_job(job: &NewJob, row: StoredRow) -> Result<Job, CoreError> {
         retry: RetryPolicy::from_stored(Some(job.retry.clone())),
         unique: job.uniq.as_ref().and_then(json_column).map(|u| u.0.clone()),
         tags: job.tags.clone(),
-        created_at: row.stored_created_at,
-        enqueued_at: row.stored_enqueued_at,
+        created_at,
+        enqueued_at,
         scheduled_at: job.scheduled_at,
         expires_at: job.expires_at,
         started_at: None,
@@ -192,8 +212,8 @@ fn stored_job(job: &NewJob, row: StoredRow) -> Result<Job, CoreError> {
         error: None,
         errors: job.errors.clone(),
         retry_delay_ms: None,
-        run_at: row.stored_run_at,
+        run_at,
         workflow_id: None,
         parent_results: None,
-    })
+    }
 }
