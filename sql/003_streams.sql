@@ -34,7 +34,8 @@ CREATE OR REPLACE FUNCTION s3p.stream_append_columns(queue text, ids uuid[], typ
 RETURNS TABLE (event_id uuid, seq bigint)
 LANGUAGE plpgsql AS $$
 BEGIN
-    RETURN QUERY EXECUTE format('SELECT * FROM %I.stream_insert($1, $2, $3, $4, $5)',
+    RETURN QUERY EXECUTE format('SELECT u.event_id, u.seq FROM %I.stream_insert($1, $2, $3, $4, $5) a,
+                                        unnest(a.event_ids, a.seqs) AS u(event_id, seq)',
                                 s3p.ensure_queue_schema(queue))
         USING queue, ids, types, payloads, headers;
 END

@@ -218,13 +218,16 @@ $fn$;
 -- Appends messages given column by column (element k of every array is message k; a NULL id
 -- becomes a UUIDv7, a NULL array means NULL for every message) to the current segment of the
 -- queue named `queue_name` (this schema's), in the order given, within its `max_stream_events`
--- quota, and wakes its long-polling receivers. Every append ends here: gateways that know the
--- schema call it directly, the rest through s3p.stream_append_columns.
+-- quota, and wakes its long-polling receivers. Answers one row: the events' ids and seqs in the
+-- order given (a row per event cost a batch's caller more than the arrays). Every append ends
+-- here: gateways that know the schema call it directly, the rest through
+-- s3p.stream_append_columns.
 DROP FUNCTION IF EXISTS __SCHEMA__.stream_append(jsonb);
 DROP FUNCTION IF EXISTS __SCHEMA__.stream_insert(uuid[], text[], jsonb[], jsonb[]);
+DROP FUNCTION IF EXISTS __SCHEMA__.stream_insert(text, uuid[], text[], jsonb[], jsonb[]);
 CREATE OR REPLACE FUNCTION __SCHEMA__.stream_insert(queue_name text, ids uuid[], types text[],
-                                                    payloads jsonb[], headers jsonb[])
-RETURNS TABLE (event_id uuid, seq bigint)
+                                                    payloads jsonb[], headers jsonb[],
+                                                    OUT event_ids uuid[], OUT seqs bigint[])
 LANGUAGE plpgsql AS $fn$
 DECLARE
     segment_now int;
@@ -232,12 +235,17 @@ BEGIN
     PERFORM __SCHEMA__.stream_check_quota(queue_name, coalesce(cardinality(types), 0));
     PERFORM __SCHEMA__.stream_lock(false);
     SELECT current_segment INTO segment_now FROM __SCHEMA__.stream_config;
-    RETURN QUERY
-    INSERT INTO __SCHEMA__.stream_events AS e (segment, event_id, type, payload, headers)
-    SELECT segment_now, coalesce(u.id, s3p.uuid_v7()), u.type, u.payload, u.header
-      FROM unnest(ids, types, payloads, headers) WITH ORDINALITY AS u(id, type, payload, header, n)
-     ORDER BY u.n
-    RETURNING e.event_id, e.seq;
+    -- nextval runs after the sort, so seq order is the order given.
+    WITH appended AS (
+        INSERT INTO __SCHEMA__.stream_events AS e (segment, event_id, type, payload, headers)
+        SELECT segment_now, coalesce(u.id, s3p.uuid_v7()), u.type, u.payload, u.header
+          FROM unnest(ids, types, payloads, headers) WITH ORDINALITY AS u(id, type, payload, header, n)
+         ORDER BY u.n
+        RETURNING e.event_id, e.seq
+    )
+    SELECT coalesce(array_agg(a.event_id ORDER BY a.seq), '{}'), coalesce(array_agg(a.seq ORDER BY a.seq), '{}')
+      INTO event_ids, seqs
+      FROM appended a;
     PERFORM pg_notify('s3p_streams', queue_name);
 END
 $fn$;
