@@ -471,7 +471,7 @@ impl Streams {
                 Ok(answer.count)
             }
             (Streams::Grpc(_, channel), Prepared::Grpc(request)) => {
-                let answer: streams::AppendResponse =
+                let answer: encoded::AppendCount =
                     grpc_retry!("Append", encoded::unary(channel, APPEND, request.clone()))?;
                 Ok(usize::try_from(answer.count)?)
             }

@@ -104,6 +104,13 @@ pub struct EnqueueCount {
     pub count: i32,
 }
 
+/// An `AppendResponse` read for its `count` only, as the HTTP producer reads its answer.
+#[derive(Clone, PartialEq, prost::Message)]
+pub struct AppendCount {
+    #[prost(int64, tag = "2")]
+    pub count: i64,
+}
+
 /// A `FetchResponse` read for what a worker acks with: each job's id and lease token, as the
 /// HTTP worker reads its answer.
 #[derive(Clone, PartialEq, prost::Message)]
