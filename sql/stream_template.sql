@@ -362,6 +362,8 @@ DECLARE
     upto xid8;
     hidden xid8[];
     snap pg_snapshot := now_snap;
+    newer refcursor;
+    overflows boolean;
 BEGIN
     complete := true;
     SELECT t.tick_id, t.snapshot, t.max_seq INTO latest
@@ -393,22 +395,37 @@ BEGIN
         END LOOP;
     END IF;
 
-    -- Then the transactions from the latest tick's xmax on: the first whose events overflow. The
-    -- running sums follow the txid index and stop there, so this reads about one tick's events.
+    -- Then the transactions from the latest tick's xmax on, one transaction's events at a time in
+    -- txid order, up to the first that overflows: one pass over about one tick's events and the
+    -- next transaction's, each event's size computed once. FETCH, not a FOR loop: that reads ten
+    -- transactions ahead.
     IF cut IS NULL THEN
-        SELECT x.txid, x.first_txid INTO g FROM (
-            SELECT e.txid, first_value(e.txid) OVER w AS first_txid, count(*) OVER w AS running,
-                   sum(s3p.stream_event_bytes(e.payload, e.headers)) OVER w AS running_bytes
+        OPEN newer FOR
+            SELECT e.txid, count(*) AS n, count(e.target) AS targeted,
+                   sum(s3p.stream_event_bytes(e.payload, e.headers)) AS bytes, max(e.seq) AS top
               FROM __SCHEMA__.stream_events e
              WHERE e.txid >= pg_snapshot_xmax(latest.snapshot) AND e.txid < pg_snapshot_xmax(now_snap)
                AND pg_visible_in_snapshot(e.txid, now_snap)
-            WINDOW w AS (ORDER BY e.txid ROWS UNBOUNDED PRECEDING)) x
-         WHERE n + x.running > max_events OR n_bytes + x.running_bytes > max_bytes
-         LIMIT 1;
-        IF FOUND THEN
-            cut := CASE WHEN n = 0 AND g.txid = g.first_txid
-                        THEN (g.txid::text::numeric + 1)::text::xid8 ELSE g.txid END;
-        END IF;
+             GROUP BY e.txid ORDER BY e.txid;
+        LOOP
+            FETCH newer INTO g;
+            EXIT WHEN NOT FOUND;
+            overflows := n + g.n > max_events OR n_bytes + g.bytes > max_bytes;
+            IF overflows AND n > 0 THEN
+                cut := g.txid;
+                EXIT;
+            END IF;
+            n := n + g.n;
+            n_targeted := n_targeted + g.targeted;
+            n_bytes := n_bytes + g.bytes;
+            top := greatest(top, g.top);
+            IF overflows THEN
+                -- A first transaction over either bound is taken alone.
+                cut := (g.txid::text::numeric + 1)::text::xid8;
+                EXIT;
+            END IF;
+        END LOOP;
+        CLOSE newer;
     END IF;
 
     IF cut IS NOT NULL THEN
@@ -421,13 +438,8 @@ BEGIN
                          ORDER BY h.x);
         snap := format('%s:%s:%s', least(hidden[1], upto), upto, array_to_string(hidden, ','))::pg_snapshot;
     END IF;
-    SELECT n + count(*), n_targeted + count(e.target),
-           n_bytes + coalesce(sum(s3p.stream_event_bytes(e.payload, e.headers)), 0),
-           greatest(top, max(e.seq))
-      INTO n, n_targeted, n_bytes, top
-      FROM __SCHEMA__.stream_events e
-     WHERE e.txid >= pg_snapshot_xmax(latest.snapshot) AND e.txid < pg_snapshot_xmax(snap)
-       AND pg_visible_in_snapshot(e.txid, snap);
+    -- n, n_targeted, n_bytes and top now count what `snap` shows beyond the latest tick: the late
+    -- commits and the transactions before `cut` taken above.
 
     IF n = 0 AND NOT force THEN
         RETURN;
