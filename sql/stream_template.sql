@@ -604,6 +604,10 @@ DECLARE
     cut_events  bigint;
     cut_bytes   bigint;
     made        record;
+    -- What is visible now, taken into a variable before stream_between reads it: a volatile call
+    -- among its arguments keeps that function from being inlined, and it then read every event
+    -- past the cursor (tens of ms on a backlog) where the txid index finds the first.
+    now_snapshot pg_snapshot;
 BEGIN
     PERFORM __SCHEMA__.stream_lock(false);
     SELECT * INTO cfg FROM __SCHEMA__.stream_config;
@@ -655,7 +659,8 @@ BEGIN
         IF NOT FOUND THEN
             -- On-demand tick: only when there is something new to deliver, and unless another
             -- receive cut one while this one waited for the tick lock.
-            IF NOT EXISTS (SELECT 1 FROM __SCHEMA__.stream_between(cursor_snap, __SCHEMA__.stream_snapshot(), name)) THEN
+            now_snapshot := __SCHEMA__.stream_snapshot();
+            IF NOT EXISTS (SELECT 1 FROM __SCHEMA__.stream_between(cursor_snap, now_snapshot, name)) THEN
                 RETURN;
             END IF;
             IF NOT cut_ticks THEN
@@ -719,7 +724,8 @@ BEGIN
                 -- caller to cut it when there is something to cut.
                 EXIT WHEN n >= limit_events OR bytes >= max_bytes;
                 IF NOT cut_ticks THEN
-                    EXIT WHEN NOT EXISTS (SELECT 1 FROM __SCHEMA__.stream_between(end_snap, __SCHEMA__.stream_snapshot(), name));
+                    now_snapshot := __SCHEMA__.stream_snapshot();
+                    EXIT WHEN NOT EXISTS (SELECT 1 FROM __SCHEMA__.stream_between(end_snap, now_snapshot, name));
                     RETURN QUERY SELECT * FROM __SCHEMA__.stream_tick_needed(name, who, end_tick_id);
                     RETURN;
                 END IF;
