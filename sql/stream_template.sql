@@ -362,7 +362,8 @@ DECLARE
     upto xid8;
     hidden xid8[];
     snap pg_snapshot := now_snap;
-    newer refcursor;
+    groups refcursor;
+    past_latest boolean := false;
     overflows boolean;
 BEGIN
     complete := true;
@@ -375,57 +376,50 @@ BEGIN
         RETURN;
     END IF;
 
-    -- Late commits first (in progress at the latest tick, finished now; all below its xmax).
+    -- What the latest tick left out, one transaction's events at a time in txid order: first the
+    -- late commits (in progress at the latest tick, finished now; all below its xmax), then the
+    -- transactions from its xmax on, up to the first that overflows. One pass over about one
+    -- tick's events and the next transaction's, each event's size computed once. FETCH, not a FOR
+    -- loop: that reads ten transactions ahead.
     late := ARRAY(SELECT x FROM pg_snapshot_xip(latest.snapshot) x
                    WHERE pg_visible_in_snapshot(x, now_snap) ORDER BY x);
-    IF cardinality(late) > 0 THEN
-        FOR g IN SELECT e.txid, count(*) AS n, count(e.target) AS targeted,
-                        sum(s3p.stream_event_bytes(e.payload, e.headers)) AS bytes, max(e.seq) AS top
-                   FROM __SCHEMA__.stream_events e WHERE e.txid = ANY (late)
-                  GROUP BY e.txid ORDER BY e.txid
-        LOOP
-            IF n > 0 AND (n + g.n > max_events OR n_bytes + g.bytes > max_bytes) THEN
-                cut := g.txid;
-                EXIT;
-            END IF;
-            n := n + g.n;
-            n_targeted := n_targeted + g.targeted;
-            n_bytes := n_bytes + g.bytes;
-            top := greatest(top, g.top);
-        END LOOP;
-    END IF;
-
-    -- Then the transactions from the latest tick's xmax on, one transaction's events at a time in
-    -- txid order, up to the first that overflows: one pass over about one tick's events and the
-    -- next transaction's, each event's size computed once. FETCH, not a FOR loop: that reads ten
-    -- transactions ahead.
-    IF cut IS NULL THEN
-        OPEN newer FOR
-            SELECT e.txid, count(*) AS n, count(e.target) AS targeted,
-                   sum(s3p.stream_event_bytes(e.payload, e.headers)) AS bytes, max(e.seq) AS top
-              FROM __SCHEMA__.stream_events e
-             WHERE e.txid >= pg_snapshot_xmax(latest.snapshot) AND e.txid < pg_snapshot_xmax(now_snap)
-               AND pg_visible_in_snapshot(e.txid, now_snap)
-             GROUP BY e.txid ORDER BY e.txid;
-        LOOP
-            FETCH newer INTO g;
-            EXIT WHEN NOT FOUND;
-            overflows := n + g.n > max_events OR n_bytes + g.bytes > max_bytes;
-            IF overflows AND n > 0 THEN
-                cut := g.txid;
-                EXIT;
-            END IF;
-            n := n + g.n;
-            n_targeted := n_targeted + g.targeted;
-            n_bytes := n_bytes + g.bytes;
-            top := greatest(top, g.top);
-            IF overflows THEN
-                -- A first transaction over either bound is taken alone.
-                cut := (g.txid::text::numeric + 1)::text::xid8;
-                EXIT;
-            END IF;
-        END LOOP;
-        CLOSE newer;
+    OPEN groups FOR
+        SELECT e.txid, count(*) AS n, count(e.target) AS targeted,
+               sum(s3p.stream_event_bytes(e.payload, e.headers)) AS bytes, max(e.seq) AS top
+          FROM __SCHEMA__.stream_events e WHERE e.txid = ANY (late)
+         GROUP BY e.txid ORDER BY e.txid;
+    LOOP
+        FETCH groups INTO g;
+        IF NOT FOUND THEN
+            CLOSE groups;
+            EXIT WHEN past_latest;
+            past_latest := true;
+            OPEN groups FOR
+                SELECT e.txid, count(*) AS n, count(e.target) AS targeted,
+                       sum(s3p.stream_event_bytes(e.payload, e.headers)) AS bytes, max(e.seq) AS top
+                  FROM __SCHEMA__.stream_events e
+                 WHERE e.txid >= pg_snapshot_xmax(latest.snapshot) AND e.txid < pg_snapshot_xmax(now_snap)
+                   AND pg_visible_in_snapshot(e.txid, now_snap)
+                 GROUP BY e.txid ORDER BY e.txid;
+            CONTINUE;
+        END IF;
+        overflows := n + g.n > max_events OR n_bytes + g.bytes > max_bytes;
+        IF overflows AND n > 0 THEN
+            cut := g.txid;
+            EXIT;
+        END IF;
+        n := n + g.n;
+        n_targeted := n_targeted + g.targeted;
+        n_bytes := n_bytes + g.bytes;
+        top := greatest(top, g.top);
+        IF overflows THEN
+            -- A first transaction over either bound is taken alone.
+            cut := (g.txid::text::numeric + 1)::text::xid8;
+            EXIT;
+        END IF;
+    END LOOP;
+    IF cut IS NOT NULL THEN
+        CLOSE groups;
     END IF;
 
     IF cut IS NOT NULL THEN
