@@ -75,9 +75,9 @@ $fn$;
 -- gave (`given`) reserved (s3p.reserve_job_ids; minted ids need nothing), the quota checked, the
 -- jobs stored, their events recorded, and one NOTIFY when any is available now. Each state follows
 -- from `pending` and `scheduled_at`. Every path that stores a new job ends here. Answers one row:
--- when the jobs were stored (their created_at), and each job's state and run_at in the order
--- given, or NULL arrays when every job is available from that moment (then also its enqueued_at
--- and run_at), so a batch's answer is one row, not a row per job.
+-- when the jobs were stored (their created_at), and each job's state, enqueued_at and run_at in
+-- the order given, or NULL arrays when every job is available from that moment (then that moment
+-- is also each job's enqueued_at and run_at), so a batch's answer is one row, not a row per job.
 DROP FUNCTION IF EXISTS __SCHEMA__.enqueue_plain(text, jsonb);
 DROP FUNCTION IF EXISTS __SCHEMA__.insert_jobs(text, uuid[], uuid[], text[], jsonb[], jsonb[],
     jsonb[], text[], int[], int[], bigint[], bigint[], jsonb[], jsonb[], text[], jsonb[],
@@ -88,7 +88,8 @@ CREATE OR REPLACE FUNCTION __SCHEMA__.insert_jobs(
     leases bigint[], retries jsonb[], uniqs jsonb[], unique_keys text[], tag_lists jsonb[],
     scheduled timestamptz[], expiries timestamptz[], histories jsonb[], workflow_ids uuid[],
     parents jsonb[],
-    OUT stored_at timestamptz, OUT stored_states text[], OUT stored_run_ats timestamptz[])
+    OUT stored_at timestamptz, OUT stored_states text[], OUT stored_enqueued_ats timestamptz[],
+    OUT stored_run_ats timestamptz[])
 LANGUAGE plpgsql AS $fn$
 DECLARE
     n int := coalesce(cardinality(ids), 0);
@@ -113,10 +114,12 @@ BEGIN
                           FROM unnest(ids, requested, scheduled) WITH ORDINALITY AS u(id, wanted, scheduled_at, k)
                          ORDER BY u.k);
         stored_states := states;
+        stored_enqueued_ats := ARRAY(SELECT CASE s.state WHEN 'available' THEN now() END
+                                       FROM unnest(states) WITH ORDINALITY AS s(state, k) ORDER BY s.k);
         stored_run_ats := ARRAY(SELECT CASE s.state WHEN 'available' THEN now() ELSE coalesce(scheduled[s.k], now()) END
                                   FROM unnest(states) WITH ORDINALITY AS s(state, k) ORDER BY s.k);
     END IF;
-    -- stored_run_ats NULL: every job runs from now.
+    -- NULL answer arrays: every job is available, enqueued and runs from now.
     INSERT INTO __SCHEMA__.jobs AS j (
             id, queue, type, args, meta, extra, state, priority, attempt, max_attempts, timeout_ms,
             visibility_timeout_ms, retry, uniq, tags, created_at, enqueued_at, scheduled_at,
@@ -124,8 +127,8 @@ BEGIN
         -- nextval runs after the sort, so seq follows the order given.
         SELECT g.id, queue_name, g.type, g.args, g.meta, g.extra, states[g.k], g.priority, 0,
                g.max_attempts, g.timeout_ms, g.visibility_timeout_ms, g.retry, g.uniq, g.tags, now(),
-               CASE states[g.k] WHEN 'available' THEN now() END, g.scheduled_at, g.expires_at,
-               coalesce(stored_run_ats[g.k], now()),
+               CASE WHEN stored_states IS NULL THEN now() ELSE stored_enqueued_ats[g.k] END,
+               g.scheduled_at, g.expires_at, coalesce(stored_run_ats[g.k], now()),
                g.errors, nextval('__SCHEMA__.job_seq'), g.unique_key, g.workflow_id, g.parent_results
           FROM unnest(ids, types, job_args, metas, extras, priorities, attempts_allowed, timeouts,
                       leases, retries, uniqs, unique_keys, tag_lists, scheduled, expiries,

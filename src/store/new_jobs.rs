@@ -14,13 +14,14 @@ use super::rows::stored_state;
 use crate::model::error::{CoreError, ErrorKind};
 use crate::model::job::{Job, JobState, NewJob, RetryPolicy};
 
-/// What `insert_jobs` set on the jobs it stored: their created_at, and their states and run_at
-/// in the order given, or none when every job is available from `stored_at` (then also its
-/// enqueued_at and run_at).
+/// What `insert_jobs` set on the jobs it stored: their created_at, and their states, enqueued_at
+/// and run_at in the order given, or none when every job is available from `stored_at` (then
+/// also its enqueued_at and run_at).
 #[derive(sqlx::FromRow)]
 struct StoredBatch {
     stored_at: DateTime<Utc>,
     stored_states: Option<Vec<String>>,
+    stored_enqueued_ats: Option<Vec<Option<DateTime<Utc>>>>,
     stored_run_ats: Option<Vec<DateTime<Utc>>>,
 }
 
@@ -109,7 +110,7 @@ pub(super) async fn insert_jobs(
 ) -> Result<Vec<Job>, DbError> {
     let columns = Columns::of(jobs).map_err(DbError::Core)?;
     let sql = format!(
-        "SELECT stored_at, stored_states, stored_run_ats
+        "SELECT stored_at, stored_states, stored_enqueued_ats, stored_run_ats
            FROM {schema}.insert_jobs($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, $13, $14,
                                      $15, $16, $17, $18, $19, NULL, NULL)"
     );
@@ -146,27 +147,37 @@ pub(super) async fn insert_jobs(
 /// The jobs as stored: what was given, and what the store set.
 fn stored_jobs(jobs: &[NewJob], stored: StoredBatch) -> Result<Vec<Job>, CoreError> {
     let at = stored.stored_at;
-    match (stored.stored_states, stored.stored_run_ats) {
-        (None, None) => Ok(jobs
+    match (
+        stored.stored_states,
+        stored.stored_enqueued_ats,
+        stored.stored_run_ats,
+    ) {
+        (None, None, None) => Ok(jobs
             .iter()
             .map(|job| stored_job(job, JobState::Available, at, Some(at), Some(at)))
             .collect()),
-        (Some(states), Some(run_ats))
-            if states.len() == jobs.len() && run_ats.len() == jobs.len() =>
+        (Some(states), Some(enqueued_ats), Some(run_ats))
+            if states.len() == jobs.len()
+                && enqueued_ats.len() == jobs.len()
+                && run_ats.len() == jobs.len() =>
         {
             jobs.iter()
-                .zip(states.iter().zip(run_ats))
-                .map(|(job, (state, run_at))| {
-                    let state = stored_state(state)?;
-                    let enqueued_at = (state == JobState::Available).then_some(at);
-                    Ok(stored_job(job, state, at, enqueued_at, Some(run_at)))
+                .zip(states.iter().zip(enqueued_ats.into_iter().zip(run_ats)))
+                .map(|(job, (state, (enqueued_at, run_at)))| {
+                    Ok(stored_job(
+                        job,
+                        stored_state(state)?,
+                        at,
+                        enqueued_at,
+                        Some(run_at),
+                    ))
                 })
                 .collect()
         }
         _ => Err(CoreError::new(
             ErrorKind::Backend,
             format!(
-                "insert_jobs answered states or run_at times not one per job of {}",
+                "insert_jobs answered states or times not one per job of {}",
                 jobs.len()
             ),
         )),
