@@ -180,12 +180,15 @@ $$;
 
 -- `max_bytes` last, with its default (16 MiB), so SQL callers of the older signature still work.
 -- A NULL `max_events` is the stream's tick_max_events.
+-- The batch comes as one row with its events in arrays (the queue's stream_batch_contents).
 DROP FUNCTION IF EXISTS s3p.stream_receive(text, text, text, int, uuid);
+DROP FUNCTION IF EXISTS s3p.stream_receive(text, text, text, int, uuid, bigint);
 CREATE OR REPLACE FUNCTION s3p.stream_receive(queue text, consumer text, member text, max_events int,
                                               new_batch uuid, max_bytes bigint DEFAULT 16777216)
 RETURNS TABLE (batch_id uuid, consumer_name text, member_name text, start_tick bigint, end_tick bigint,
-               state text, batch_created_at timestamptz, seq bigint, event_id uuid, type text,
-               payload jsonb, headers jsonb, retry_count int, created_at timestamptz)
+               state text, batch_created_at timestamptz, seqs bigint[], event_ids uuid[],
+               types text[], payloads jsonb[], headers jsonb[], retry_counts int[],
+               created_ats timestamptz[])
 LANGUAGE plpgsql AS $$
 BEGIN
     RETURN QUERY EXECUTE format('SELECT * FROM %I.stream_receive($1, $2, $3, $4, $5)', s3p.existing_queue_schema(queue))
@@ -206,10 +209,12 @@ BEGIN
 END
 $$;
 
+DROP FUNCTION IF EXISTS s3p.stream_batch(text, uuid);
 CREATE OR REPLACE FUNCTION s3p.stream_batch(queue text, id uuid)
 RETURNS TABLE (batch_id uuid, consumer_name text, member_name text, start_tick bigint, end_tick bigint,
-               state text, batch_created_at timestamptz, seq bigint, event_id uuid, type text,
-               payload jsonb, headers jsonb, retry_count int, created_at timestamptz)
+               state text, batch_created_at timestamptz, seqs bigint[], event_ids uuid[],
+               types text[], payloads jsonb[], headers jsonb[], retry_counts int[],
+               created_ats timestamptz[])
 LANGUAGE plpgsql STABLE AS $$
 BEGIN
     RETURN QUERY EXECUTE format('SELECT * FROM %I.stream_batch_contents($1)', s3p.existing_queue_schema(queue))

@@ -50,7 +50,7 @@ const MIGRATIONS: &[Migration] = &[
 struct Migration(i32, &'static str, &'static str);
 
 /// The queue schema template and its version; bump the version whenever the template changes.
-const QUEUE_TEMPLATE_VERSION: i32 = 44;
+const QUEUE_TEMPLATE_VERSION: i32 = 45;
 const QUEUE_TEMPLATE: &str = concat!(
     include_str!("../../sql/queue_template.sql"),
     include_str!("../../sql/stream_template.sql")

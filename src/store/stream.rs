@@ -8,7 +8,7 @@ use serde_json::value::RawValue;
 use serde_json::{Map, Value};
 use sqlx::postgres::PgRow;
 use sqlx::types::Json;
-use sqlx::{AssertSqlSafe, Column, Row};
+use sqlx::{AssertSqlSafe, Row};
 use uuid::Uuid;
 
 use super::routes::is_stale;
@@ -20,79 +20,72 @@ use crate::model::stream::{
     StreamDeadLetter, StreamEvent, StreamInfo, StreamNackOutcome, Subscription,
 };
 
-/// A batch from its rows: a header row with the batch columns, then one row per event (the
-/// template's `stream_batch_contents`). The event columns are looked up and type-checked once,
-/// on the header (every row of a result shares its columns and their types), then read by
-/// position without a check per value: a batch holds up to thousands of rows. The header's NULL
-/// event columns skip it.
+/// A batch from its row (the template's `stream_batch_contents`): the batch's columns, then its
+/// events' columns as arrays, unsorted (NULL when it has none), put in log order here. No row: no
+/// batch.
 fn batch(rows: &[PgRow]) -> Result<Option<Batch>, sqlx::Error> {
-    let Some(first) = rows.first() else {
+    let Some(row) = rows.first() else {
         return Ok(None);
     };
-    let (seq, event_id, message_type, payload, headers, retry_count, created_at) = (
-        column::<i64>(first, "seq")?,
-        column::<Uuid>(first, "event_id")?,
-        column::<String>(first, "type")?,
-        column::<Json<Box<RawValue>>>(first, "payload")?,
-        column::<Value>(first, "headers")?,
-        column::<i32>(first, "retry_count")?,
-        column::<DateTime<Utc>>(first, "created_at")?,
-    );
-    let member: String = first.try_get("member_name")?;
-    let mut out = Batch {
-        id: first.try_get("batch_id")?,
-        consumer: first.try_get("consumer_name")?,
+    let member: String = row.try_get("member_name")?;
+    let seqs: Vec<i64> = row.try_get::<Option<_>, _>("seqs")?.unwrap_or_default();
+    let ids: Vec<Uuid> = row
+        .try_get::<Option<_>, _>("event_ids")?
+        .unwrap_or_default();
+    let types: Vec<String> = row.try_get::<Option<_>, _>("types")?.unwrap_or_default();
+    let payloads: Vec<Json<Box<RawValue>>> =
+        row.try_get::<Option<_>, _>("payloads")?.unwrap_or_default();
+    let headers: Vec<Option<Json<Value>>> =
+        row.try_get::<Option<_>, _>("headers")?.unwrap_or_default();
+    let retry_counts: Vec<i32> = row
+        .try_get::<Option<_>, _>("retry_counts")?
+        .unwrap_or_default();
+    let created_ats: Vec<DateTime<Utc>> = row
+        .try_get::<Option<_>, _>("created_ats")?
+        .unwrap_or_default();
+    let n = seqs.len();
+    if [ids.len(), types.len(), payloads.len(), headers.len()] != [n; 4]
+        || [retry_counts.len(), created_ats.len()] != [n; 2]
+    {
+        return Err(sqlx::Error::Protocol(format!(
+            "stream batch arrays differ in length ({n} seqs)"
+        )));
+    }
+    let mut events: Vec<StreamEvent> = seqs
+        .into_iter()
+        .zip(ids)
+        .zip(types)
+        .zip(payloads)
+        .zip(headers)
+        .zip(retry_counts)
+        .zip(created_ats)
+        .map(
+            |((((((seq, id), message_type), Json(payload)), headers), retry_count), created_at)| {
+                StreamEvent {
+                    id,
+                    seq,
+                    message_type,
+                    payload: payload.into(),
+                    headers: headers.map(|Json(h)| h).filter(|h| !h.is_null()),
+                    retry_count,
+                    created_at,
+                }
+            },
+        )
+        .collect();
+    if !events.is_sorted_by_key(|e| e.seq) {
+        events.sort_unstable_by_key(|e| e.seq);
+    }
+    Ok(Some(Batch {
+        id: row.try_get("batch_id")?,
+        consumer: row.try_get("consumer_name")?,
         member: (!member.is_empty()).then_some(member),
-        start_tick: first.try_get("start_tick")?,
-        end_tick: first.try_get("end_tick")?,
-        state: first.try_get("state")?,
-        created_at: first.try_get("batch_created_at")?,
-        events: Vec::with_capacity(rows.len()),
-    };
-    for row in rows {
-        let (Some(seq), Some(id), Some(message_type), Some(created_at)) = (
-            row.try_get_unchecked::<Option<i64>, _>(seq)?,
-            row.try_get_unchecked::<Option<Uuid>, _>(event_id)?,
-            row.try_get_unchecked::<Option<String>, _>(message_type)?,
-            row.try_get_unchecked::<Option<DateTime<Utc>>, _>(created_at)?,
-        ) else {
-            continue;
-        };
-        out.events.push(StreamEvent {
-            id,
-            seq,
-            message_type,
-            payload: row
-                .try_get_unchecked::<Option<Json<Box<RawValue>>>, _>(payload)?
-                .map(|Json(raw)| raw.into())
-                .unwrap_or_default(),
-            headers: row
-                .try_get_unchecked::<Option<Value>, _>(headers)?
-                .filter(|h| !h.is_null()),
-            retry_count: row
-                .try_get_unchecked::<Option<i32>, _>(retry_count)?
-                .unwrap_or(0),
-            created_at,
-        });
-    }
-    Ok(Some(out))
-}
-
-/// The position of column `name`, once its type is known to decode as `T`.
-fn column<T: sqlx::Type<sqlx::Postgres>>(row: &PgRow, name: &str) -> Result<usize, sqlx::Error> {
-    let column = row.try_column(name)?;
-    if !T::compatible(column.type_info()) {
-        return Err(sqlx::Error::ColumnDecode {
-            index: name.to_string(),
-            source: format!(
-                "{} cannot be read as {}",
-                column.type_info(),
-                std::any::type_name::<T>()
-            )
-            .into(),
-        });
-    }
-    Ok(column.ordinal())
+        start_tick: row.try_get("start_tick")?,
+        end_tick: row.try_get("end_tick")?,
+        state: row.try_get("state")?,
+        created_at: row.try_get("batch_created_at")?,
+        events,
+    }))
 }
 
 /// Receives on the queue's own schema before one cuts its tick itself (`stream_receive`).
@@ -376,8 +369,8 @@ impl Store {
                 };
                 let receive = format!(
                     "SELECT batch_id, consumer AS consumer_name, member AS member_name,
-                            start_tick, end_tick, state, batch_created_at, seq, event_id, type,
-                            payload, headers, retry_count, created_at
+                            start_tick, end_tick, state, batch_created_at, seqs, event_ids, types,
+                            payloads, headers, retry_counts, created_ats
                        FROM {schema}.stream_receive($1, $2, $3, $4, $5, $6)"
                 );
                 let tick = format!("SELECT {schema}.stream_tick_for($1, $2, $3)");

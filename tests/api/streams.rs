@@ -505,6 +505,34 @@ async fn late_commit_is_delivered_in_a_later_batch() {
 // ---------------------------------------------------------------------------------------------
 // Same-transaction append and receive; rolled-back append
 
+/// A batch lists its events in seq order even where the log's txid order differs: a transaction
+/// that took its id first but appended last is read first from the txid index, and the receive
+/// (and a later read of the batch) must still answer it after the earlier append.
+#[tokio::test]
+async fn a_batch_is_in_seq_order_when_an_older_transaction_appends_last() {
+    let app = spawn_quiet().await;
+    let api = Api::new(&app);
+    let q = "txorder";
+    api.subscribe(q, "c", None, false).await;
+    let mut older = db(&app).await;
+    let mut newer = db(&app).await;
+
+    let mut tx = older.begin().await.expect("begin");
+    exec(&mut tx, "SELECT pg_current_xact_id()").await;
+    let (first, first_seq) = sql_append(&mut newer, q, "order.first").await;
+    let (second, second_seq) = sql_append(&mut tx, q, "order.second").await;
+    tx.commit().await.expect("commit");
+    assert!(first_seq < second_seq, "seqs {first_seq} then {second_seq}");
+
+    let batch = api.receive(q, "c", 100).await;
+    assert_eq!(ids(&batch), vec![first.clone(), second.clone()], "{batch}");
+    let id = batch_id(&batch).expect("a batch");
+    let again = api
+        .ok_get(&format!("/ojs/v1/queues/{q}/batches/{id}"))
+        .await;
+    assert_eq!(ids(&again), vec![first, second], "{again}");
+}
+
 /// An append and a receive in the same SQL transaction see nothing (the receive must not take a
 /// tick whose snapshot counts its own uncommitted transaction as visible); the event is delivered
 /// once after commit; a rolled-back append is never delivered.
@@ -516,8 +544,7 @@ async fn append_and_receive_in_one_transaction_see_nothing() {
     api.subscribe(q, "c", None, false).await;
     api.append("other", "other.warm", json!({})).await;
     let mut conn = db(&app).await;
-    let receive_sql =
-        "SELECT event_id FROM s3p.stream_receive('same', 'c', NULL, 100, gen_random_uuid())";
+    let receive_sql = "SELECT unnest(event_ids) FROM s3p.stream_receive('same', 'c', NULL, 100, gen_random_uuid())";
 
     // Quiet cluster.
     let mut tx = conn.begin().await.expect("begin");
