@@ -180,7 +180,9 @@ $$;
 
 -- `max_bytes` last, with its default (16 MiB), so SQL callers of the older signature still work.
 -- A NULL `max_events` is the stream's tick_max_events.
--- The batch comes as one row with its events in arrays (the queue's stream_batch_contents).
+-- The batch comes as one row with its events' columns in arrays (the queue's
+-- stream_batch_contents): element k of each array is the same event, and the arrays are not in
+-- seq order (`ORDER BY` the unnested seqs where order matters; the gateway sorts them).
 DROP FUNCTION IF EXISTS s3p.stream_receive(text, text, text, int, uuid);
 DROP FUNCTION IF EXISTS s3p.stream_receive(text, text, text, int, uuid, bigint);
 CREATE OR REPLACE FUNCTION s3p.stream_receive(queue text, consumer text, member text, max_events int,
