@@ -507,7 +507,8 @@ async fn late_commit_is_delivered_in_a_later_batch() {
 
 /// A batch lists its events in seq order even where the log's txid order differs: a transaction
 /// that took its id first but appended last is read first from the txid index, and the receive
-/// (and a later read of the batch) must still answer it after the earlier append.
+/// (and a later read of the batch) must still answer it after the earlier append, over both
+/// protocols.
 #[tokio::test]
 async fn a_batch_is_in_seq_order_when_an_older_transaction_appends_last() {
     let app = spawn_quiet().await;
@@ -530,7 +531,40 @@ async fn a_batch_is_in_seq_order_when_an_older_transaction_appends_last() {
     let again = api
         .ok_get(&format!("/ojs/v1/queues/{q}/batches/{id}"))
         .await;
-    assert_eq!(ids(&again), vec![first, second], "{again}");
+    assert_eq!(ids(&again), vec![first.clone(), second.clone()], "{again}");
+
+    // gRPC: the same active batch again by receive, and by GetBatch.
+    use pgvs3::grpc::proto::pgvs3::v1 as pb;
+    let mut grpc = common::grpc::streams(&app.grpc_url).await;
+    let grpc_ids = |batch: Option<pb::Batch>| -> Vec<String> {
+        batch
+            .expect("a batch")
+            .events
+            .into_iter()
+            .map(|e| e.id)
+            .collect()
+    };
+    let received = grpc
+        .receive(pb::ReceiveRequest {
+            queue: q.into(),
+            consumer: "c".into(),
+            ..Default::default()
+        })
+        .await
+        .expect("gRPC receive")
+        .into_inner()
+        .batch;
+    assert_eq!(grpc_ids(received), vec![first.clone(), second.clone()]);
+    let got = grpc
+        .get_batch(pb::GetBatchRequest {
+            queue: q.into(),
+            batch_id: id,
+        })
+        .await
+        .expect("gRPC GetBatch")
+        .into_inner()
+        .batch;
+    assert_eq!(grpc_ids(got), vec![first, second]);
 }
 
 /// An append and a receive in the same SQL transaction see nothing (the receive must not take a
