@@ -215,3 +215,62 @@ async fn a_row_of_jobs_sharing_type_worker_and_attempt_holds_them_once_and_reads
     }
     app.stop().await;
 }
+
+#[tokio::test]
+async fn more_events_than_a_row_holds_go_in_rows_of_the_span_and_read_in_order() {
+    let app = common::spawn_app().await;
+    let http = common::http::Http::new(&app);
+    let mut db = sqlx::PgConnection::connect(&app.database_url)
+        .await
+        .expect("connect");
+    // No API statement moves more than a thousand jobs, so the split is asked of the catalog's
+    // recorder directly: 1,500 events, every other one of another job type.
+    let ids: Vec<uuid::Uuid> = (0..1500).map(|_| uuid::Uuid::now_v7()).collect();
+    let types: Vec<String> = (0..1500).map(|i| format!("span.t{}", i % 2)).collect();
+    let recorded: i32 = sqlx::query_scalar(
+        "SELECT s3p.record_events('spans', 'job.enqueued', 'available', $1, $2, ARRAY[0], ARRAY['{}'::jsonb])",
+    )
+    .bind(&ids)
+    .bind(&types)
+    .fetch_one(&mut db)
+    .await
+    .expect("record");
+    assert_eq!(recorded, 1500);
+    let rows: Vec<(i32, bool, Option<i32>)> = sqlx::query_as(
+        "SELECT cardinality(job_ids), job_types IS NOT NULL AND job_type IS NULL, attempt
+           FROM s3p.events WHERE queue = 'spans' ORDER BY seq",
+    )
+    .fetch_all(&mut db)
+    .await
+    .expect("rows");
+    assert_eq!(
+        rows,
+        vec![(1024, true, Some(0)), (476, true, Some(0))],
+        "a row of s3p.event_span() events, then the rest; types kept, the attempt held once"
+    );
+
+    let events = read_all(&http, "spans", 1000).await;
+    let read: Vec<(String, String)> = events
+        .iter()
+        .map(|e| {
+            (
+                e["data"]["job_id"].as_str().unwrap_or_default().to_string(),
+                e["data"]["job_type"]
+                    .as_str()
+                    .unwrap_or_default()
+                    .to_string(),
+            )
+        })
+        .collect();
+    let expected: Vec<(String, String)> = ids
+        .iter()
+        .zip(&types)
+        .map(|(id, t)| (id.to_string(), t.clone()))
+        .collect();
+    assert_eq!(read, expected, "every event, in the order given");
+    let mut event_ids: Vec<&str> = events.iter().filter_map(|e| e["id"].as_str()).collect();
+    event_ids.sort();
+    event_ids.dedup();
+    assert_eq!(event_ids.len(), 1500, "every event has its own id");
+    app.stop().await;
+}
