@@ -23,8 +23,8 @@ use crate::model::stream::{
 /// A batch from its row (the template's `stream_batch_contents`): the batch's columns, then its
 /// events' columns as arrays, unsorted (NULL when it has none), put in log order here. No row: no
 /// batch.
-fn batch(rows: &[PgRow]) -> Result<Option<Batch>, sqlx::Error> {
-    let Some(row) = rows.first() else {
+fn batch(row: Option<&PgRow>) -> Result<Option<Batch>, sqlx::Error> {
+    let Some(row) = row else {
         return Ok(None);
     };
     let member: String = row.try_get("member_name")?;
@@ -402,22 +402,22 @@ impl Store {
                 }
             })
             .await?;
-        batch(&rows.map_err(receive_error)?).map_err(map_db_error)
+        batch(rows.map_err(receive_error)?.first()).map_err(map_db_error)
     }
 
     /// `s3p.stream_batch`.
     #[tracing::instrument(name = "db", skip_all, fields(op = "stream_batch"))]
     pub async fn stream_batch(&self, queue: &str, id: Uuid) -> Result<Batch, CoreError> {
-        let rows: Vec<PgRow> = self
+        let row: Option<PgRow> = self
             .retry_conflicts(|| {
                 sqlx::query("SELECT * FROM s3p.stream_batch($1, $2)")
                     .bind(queue)
                     .bind(id)
-                    .fetch_all(self.hot())
+                    .fetch_optional(self.hot())
             })
             .await
             .map_err(map_db_error)?;
-        batch(&rows)
+        batch(row.as_ref())
             .map_err(map_db_error)?
             .ok_or_else(|| CoreError::not_found("batch", &id.to_string()))
     }
